@@ -1,0 +1,24 @@
+// I/O settings shared by the writer, the reader and verify.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace ckfmt {
+
+enum class IoBackend : uint8_t {
+  kAuto,      // io_uring with O_DIRECT, falling back as below
+  kUring,     // io_uring (O_DIRECT where the file system allows it)
+  kPread,     // plain pread/pwrite, buffered
+};
+std::string_view IoBackendName(IoBackend b);
+
+struct IoOptions {
+  IoBackend backend = IoBackend::kAuto;
+  bool direct_io = true;                 // O_DIRECT where the file system allows it
+  uint64_t block_size = 8ull << 20;      // bytes per I/O request
+  uint64_t staging_bytes = 64ull << 20;  // total staging memory (block_size multiples)
+  unsigned threads = 0;                  // worker threads for checksums/codecs; 0: all cores
+};
+
+}  // namespace ckfmt

@@ -1,0 +1,91 @@
+// Reading checkpoints.
+//
+// CheckpointReader::Open validates the footer, the index checksum, the
+// FlatBuffers structure and every semantic rule before returning; nothing
+// in a file is trusted before that. Reads verify chunk checksums unless
+// told not to.
+//
+// Load() fills a caller's state dict:
+//  - in place where the caller has a tensor of the file's dtype and shape
+//    (for a sharded caller tensor: its region of the global tensor);
+//  - entries the file has and the caller lacks ("unexpected": e.g. optimizer
+//    state created lazily on the first step) are reconstructed by default,
+//    allocated through the allocator and inserted at their path;
+//  - entries the caller has and the file lacks ("missing") fail by default,
+//    listing all of them.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ckfmt/file_layout.h"
+#include "ckfmt/index.h"
+#include "ckfmt/io_options.h"
+#include "ckfmt/state_dict.h"
+
+namespace ckfmt {
+
+struct ReadOptions {
+  IoOptions io;
+  bool verify_checksums = true;
+};
+
+enum class UnexpectedPolicy { kReconstruct, kWarn, kError, kIgnore };
+enum class MissingPolicy { kError, kWarn, kIgnore };
+
+struct LoadOptions {
+  UnexpectedPolicy unexpected = UnexpectedPolicy::kReconstruct;
+  MissingPolicy missing = MissingPolicy::kError;
+  // Load only entries under these prefixes (all when empty). The rules
+  // above apply inside the selection; the caller's entries outside it are
+  // neither loaded nor reported missing.
+  std::vector<KeyPath> prefixes;
+  Allocator allocator;  // for reconstructed tensors; HostAllocator() if empty
+};
+
+struct LoadReport {
+  std::vector<KeyPath> loaded_in_place;  // tensors filled, scalars assigned
+  std::vector<KeyPath> reconstructed;    // created from the file
+  std::vector<KeyPath> missing;          // caller has, file lacks
+  std::vector<KeyPath> unexpected;       // file has, caller lacks, not reconstructed
+  uint64_t bytes_read = 0;
+  // A readable multi-line summary listing every key by category.
+  std::string ToString() const;
+};
+
+class CheckpointReader {
+ public:
+  static Result<std::unique_ptr<CheckpointReader>> Open(const std::string& path,
+                                                        const ReadOptions& options = {});
+  ~CheckpointReader();
+
+  const std::string& path() const;
+  const IndexRecord& index() const;
+  uint64_t file_size() const;
+  // The validated footer: index location and the file's format version.
+  const FileFooter& footer() const;
+  // The entry at `path`, or nullptr.
+  const EntryRecord* Find(const KeyPath& path) const;
+
+  // Reads `region` of the tensor or bytes entry at `path` into `dst`, which
+  // receives the region's row-major stream. Reads only the chunks that
+  // overlap the region.
+  Status ReadRegion(const KeyPath& path, const Region& region, void* dst);
+  // Reads the whole entry into a new tensor from `allocator` (host if empty).
+  Result<Tensor> ReadTensor(const KeyPath& path, const Allocator& allocator = {});
+
+  Result<LoadReport> Load(Value* state_dict, const LoadOptions& options = {});
+
+  class Impl;
+
+ private:
+  explicit CheckpointReader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Opens `path` and loads it into `state_dict`.
+Result<LoadReport> Load(const std::string& path, Value* state_dict,
+                        const LoadOptions& options = {}, const ReadOptions& read_options = {});
+
+}  // namespace ckfmt

@@ -1,0 +1,91 @@
+// Writing checkpoints.
+//
+// Save() writes a whole state dict. CheckpointWriter is the streaming layer
+// underneath, for callers that produce pieces themselves (the distributed
+// gatherers): entries are streamed to disk as they are added, so memory is
+// bounded by the staging budget, not by the checkpoint.
+//
+// Commit protocol: data goes to "<path>.tmp.<random>" in the same directory;
+// Commit() fsyncs it, renames it to `path` and fsyncs the directory. Until
+// Commit() returns OK nothing exists at `path` that was not there before: an
+// error, Abort(), destruction without Commit(), or a crash leaves any older
+// file at `path` untouched.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ckfmt/codec.h"
+#include "ckfmt/index.h"
+#include "ckfmt/io_options.h"
+#include "ckfmt/state_dict.h"
+
+namespace ckfmt {
+
+struct SaveOptions {
+  IoOptions io;
+  uint64_t chunk_size = 4ull << 20;  // raw bytes per chunk (rounded down to elements)
+  Codec codec = Codec::kNone;
+  int level = 1;                      // zstd level
+  bool fsync = true;                  // fsync file and directory on commit
+  std::vector<std::pair<std::string, std::string>> metadata;  // user metadata
+  uint32_t world_size = 1;
+  std::string save_mode = "single";
+};
+
+struct WriteStats {
+  uint64_t raw_bytes = 0;      // logical bytes of tensor and blob data
+  uint64_t stored_bytes = 0;   // bytes of chunks on disk
+  uint64_t file_bytes = 0;     // final file size
+  uint64_t chunks = 0;
+  std::string io_path;         // e.g. "io_uring+O_DIRECT", "io_uring", "pwrite"
+};
+
+class CheckpointWriter {
+ public:
+  // Creates the temporary file next to `path`.
+  static Result<std::unique_ptr<CheckpointWriter>> Create(const std::string& path,
+                                                          const SaveOptions& options);
+  ~CheckpointWriter();  // aborts unless committed
+
+  // Entries must arrive in pre-order: a container before its children, list
+  // children in index order. The root is an implicit dict.
+  Status AddContainer(const KeyPath& path, EntryKind kind);  // kDict or kList
+  // `value` is none, bool, int, float or string.
+  Status AddScalar(const KeyPath& path, const Value& value);
+  Status AddBytes(const KeyPath& path, const std::string& content_type, const void* data,
+                  size_t size);
+  // Streams one piece of a tensor: `data` holds `region`'s row-major stream
+  // (see region.h) and needs to stay valid only during the call. The first
+  // piece of a path creates the entry; later ones must agree on dtype and
+  // global shape. A whole tensor is one piece with Region::Whole(shape).
+  Status AddTensorPiece(const KeyPath& path, DType dtype, const Shape& global_shape,
+                        const Region& region, uint32_t rank, const void* data);
+  // Records where `path`'s data lived at save time (informational).
+  Status AddSavedLayout(const KeyPath& path, ShardRecord shard);
+  // Marks `path` as partial: its pieces need not cover the whole tensor.
+  Status MarkPartial(const KeyPath& path);
+
+  // Writes index and footer, makes the file durable and visible at `path`.
+  Status Commit();
+  // Discards everything written; `path` is untouched. Idempotent.
+  void Abort();
+
+  const WriteStats& stats() const;
+
+  class Impl;
+
+ private:
+  explicit CheckpointWriter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Saves `state_dict` (REQUIRES: a dict) to `path` atomically. Tensors must
+// be host tensors; sharded tensors are stored as pieces of their global
+// tensor. Returns the statistics of the write.
+Result<WriteStats> Save(const std::string& path, const Value& state_dict,
+                        const SaveOptions& options = {});
+
+}  // namespace ckfmt

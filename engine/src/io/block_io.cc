@@ -1,0 +1,25 @@
+#include "io/block_io.h"
+
+#include "ckfmt/log.h"
+
+namespace ckfmt {
+
+std::string_view IoBackendName(IoBackend b) {
+  switch (b) {
+    case IoBackend::kAuto: return "auto";
+    case IoBackend::kUring: return "io_uring";
+    case IoBackend::kPread: return "pread";
+  }
+  return "unknown";
+}
+
+std::unique_ptr<BlockIo> BlockIo::Create(const File& file, const IoOptions& options,
+                                         const std::vector<AlignedBuffer>& slots) {
+  std::unique_ptr<BlockIo> io;
+  if (options.backend != IoBackend::kPread) io = MakeUringIo(file, slots);
+  if (!io) io = MakePreadIo(file, slots);
+  Log(LogLevel::kInfo, file.path() + ": I/O through " + io->name());
+  return io;
+}
+
+}  // namespace ckfmt

@@ -1,0 +1,44 @@
+// Asynchronous positioned I/O on one file through a fixed set of staging
+// buffers ("slots"). The io_uring backend registers the slots and the file
+// with the ring; the pread backend performs each request at submission.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ckfmt/io_options.h"
+#include "io/file.h"
+
+namespace ckfmt {
+
+class BlockIo {
+ public:
+  struct Completion {
+    int slot;
+    Status status;  // OK only if the whole request was transferred
+  };
+
+  // Picks the backend per `options` (kAuto: io_uring, else pread) and logs
+  // which path it took. `slots` must outlive the BlockIo.
+  static std::unique_ptr<BlockIo> Create(const File& file, const IoOptions& options,
+                                         const std::vector<AlignedBuffer>& slots);
+  virtual ~BlockIo() = default;
+
+  // Queue a transfer of `len` bytes between slot `slot` and `offset`.
+  // REQUIRES: the slot is idle; for direct files offset and len aligned.
+  virtual Status SubmitWrite(int slot, uint64_t offset, size_t len) = 0;
+  virtual Status SubmitRead(int slot, uint64_t offset, size_t len) = 0;
+  // Blocks until one queued transfer finishes. REQUIRES: in_flight() > 0.
+  virtual Completion Wait() = 0;
+  virtual size_t in_flight() const = 0;
+  // E.g. "io_uring+O_DIRECT", "io_uring", "pread".
+  virtual std::string name() const = 0;
+};
+
+std::unique_ptr<BlockIo> MakePreadIo(const File& file, const std::vector<AlignedBuffer>& slots);
+// nullptr when io_uring is unavailable (the reason is logged).
+std::unique_ptr<BlockIo> MakeUringIo(const File& file, const std::vector<AlignedBuffer>& slots);
+
+}  // namespace ckfmt

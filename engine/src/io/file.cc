@@ -1,0 +1,161 @@
+#include "io/file.h"
+
+#include <fcntl.h>
+#include <libgen.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include "ckfmt/file_layout.h"
+#include "ckfmt/log.h"
+
+namespace ckfmt {
+
+void AlignedBuffer::Free::operator()(uint8_t* p) const { std::free(p); }
+
+AlignedBuffer::AlignedBuffer(size_t size) : size_(size) {
+  size_t alloc = AlignUp(std::max<size_t>(size, 1));
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(kAlignment, alloc));
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, alloc);
+  data_.reset(p);
+}
+
+File::File(File&& o) noexcept { *this = std::move(o); }
+File& File::operator=(File&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = o.fd_;
+    direct_ = o.direct_;
+    path_ = std::move(o.path_);
+    o.fd_ = -1;
+  }
+  return *this;
+}
+File::~File() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+namespace {
+// Opens with O_DIRECT when asked and allowed; sets `*got_direct`.
+int OpenMaybeDirect(const std::string& path, int flags, bool direct, bool* got_direct) {
+  *got_direct = false;
+  if (direct) {
+    int fd = ::open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      *got_direct = true;
+      return fd;
+    }
+    if (errno != EINVAL) return -1;
+    Log(LogLevel::kInfo, path + ": the file system refuses O_DIRECT; using buffered I/O");
+  }
+  return ::open(path.c_str(), flags | O_CLOEXEC, 0644);
+}
+}  // namespace
+
+Result<File> File::Create(const std::string& path, bool direct) {
+  File f;
+  f.fd_ = OpenMaybeDirect(path, O_WRONLY | O_CREAT | O_EXCL, direct, &f.direct_);
+  if (f.fd_ < 0) return Status::FromErrno(errno, "cannot create " + path);
+  f.path_ = path;
+  return f;
+}
+
+Result<File> File::OpenRead(const std::string& path, bool direct) {
+  File f;
+  f.fd_ = OpenMaybeDirect(path, O_RDONLY, direct, &f.direct_);
+  if (f.fd_ < 0) {
+    int err = errno;
+    Status s = Status::FromErrno(err, "cannot open " + path);
+    return err == ENOENT ? Status::NotFound(s.message()) : s;
+  }
+  f.path_ = path;
+  struct stat st;
+  if (::fstat(f.fd_, &st) == 0 && !S_ISREG(st.st_mode)) {
+    return Status::InvalidArgument(path + " is not a regular file");
+  }
+  return f;
+}
+
+Result<uint64_t> File::Size() const {
+  struct stat st;
+  if (::fstat(fd_, &st) != 0) return Status::FromErrno(errno, "cannot stat " + path_);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+Status File::ReadAt(uint64_t offset, void* buf, size_t len) const {
+  auto* p = static_cast<uint8_t*>(buf);
+  while (len > 0) {
+    ssize_t n = ::pread(fd_, p, len, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno(errno, "read of " + path_ + " at offset " + std::to_string(offset));
+    }
+    if (n == 0) {
+      return Status::Corruption(path_ + ": unexpected end of file at offset " +
+                                std::to_string(offset));
+    }
+    p += n;
+    offset += static_cast<uint64_t>(n);
+    len -= static_cast<size_t>(n);
+  }
+  return Status::OK();
+}
+
+Status File::WriteAt(uint64_t offset, const void* buf, size_t len) const {
+  const auto* p = static_cast<const uint8_t*>(buf);
+  while (len > 0) {
+    ssize_t n = ::pwrite(fd_, p, len, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno(errno, "write to " + path_ + " at offset " + std::to_string(offset));
+    }
+    p += n;
+    offset += static_cast<uint64_t>(n);
+    len -= static_cast<size_t>(n);
+  }
+  return Status::OK();
+}
+
+Status File::Sync() const {
+  if (::fsync(fd_) != 0) return Status::FromErrno(errno, "fsync of " + path_);
+  return Status::OK();
+}
+
+Status File::Close() {
+  if (fd_ < 0) return Status::OK();
+  int rc = ::close(fd_);
+  fd_ = -1;
+  if (rc != 0) return Status::FromErrno(errno, "close of " + path_);
+  return Status::OK();
+}
+
+std::string TemporaryPathFor(const std::string& path) {
+  static thread_local std::mt19937_64 rng(std::random_device{}() ^ uint64_t(::getpid()) << 32);
+  char suffix[17];
+  std::snprintf(suffix, sizeof suffix, "%016llx", static_cast<unsigned long long>(rng()));
+  return path + ".tmp." + suffix;
+}
+
+Status CommitRename(const std::string& from, const std::string& to, bool sync_dir) {
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    return Status::FromErrno(errno, "cannot rename " + from + " to " + to);
+  }
+  if (!sync_dir) return Status::OK();
+  std::string copy = to;
+  std::string dir = ::dirname(copy.data());
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(errno, "cannot open directory " + dir + " to fsync it");
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return Status::FromErrno(err, "fsync of directory " + dir);
+  return Status::OK();
+}
+
+}  // namespace ckfmt

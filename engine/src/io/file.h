@@ -1,0 +1,63 @@
+// File handles and the pieces of the commit protocol.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ckfmt/status.h"
+
+namespace ckfmt {
+
+// Memory aligned for O_DIRECT (4096 bytes), zero-initialised.
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(size_t size);
+  uint8_t* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const;
+  };
+  std::unique_ptr<uint8_t, Free> data_;
+  size_t size_ = 0;
+};
+
+// An open file descriptor; closes on destruction.
+class File {
+ public:
+  File() = default;
+  File(File&& o) noexcept;
+  File& operator=(File&& o) noexcept;
+  ~File();
+
+  // Creates `path` exclusively (it must not exist). With `direct`, tries
+  // O_DIRECT and falls back to buffered I/O where the file system refuses.
+  static Result<File> Create(const std::string& path, bool direct);
+  static Result<File> OpenRead(const std::string& path, bool direct);
+
+  int fd() const { return fd_; }
+  bool direct() const { return direct_; }
+  const std::string& path() const { return path_; }
+  Result<uint64_t> Size() const;
+  // Positioned full read/write (loops over short transfers).
+  // REQUIRES for direct files: aligned buffer, offset and length.
+  Status ReadAt(uint64_t offset, void* buf, size_t len) const;
+  Status WriteAt(uint64_t offset, const void* buf, size_t len) const;
+  Status Sync() const;
+  Status Close();
+
+ private:
+  int fd_ = -1;
+  bool direct_ = false;
+  std::string path_;
+};
+
+// "<path>.tmp.<random>" in the same directory.
+std::string TemporaryPathFor(const std::string& path);
+// rename(from, to), then fsync of the directory holding `to` if `sync_dir`.
+Status CommitRename(const std::string& from, const std::string& to, bool sync_dir);
+
+}  // namespace ckfmt

@@ -1,0 +1,117 @@
+#include "io/staged_output.h"
+
+#include <cstring>
+
+#include "ckfmt/file_layout.h"
+
+namespace ckfmt {
+
+Result<std::unique_ptr<StagedOutput>> StagedOutput::Create(const File& file,
+                                                           const IoOptions& options,
+                                                           size_t block_size, size_t slots) {
+  if (!IsAligned(block_size) || slots < 3) {
+    return Status::InvalidArgument("staging needs >= 3 slots of a 4096-multiple size");
+  }
+  std::unique_ptr<StagedOutput> out(new StagedOutput(block_size));
+  for (size_t i = 0; i < slots; ++i) {
+    out->slots_.emplace_back(block_size);
+    out->free_.push_back(static_cast<int>(slots - 1 - i));
+  }
+  out->ready_len_.assign(slots, 0);
+  out->io_ = BlockIo::Create(file, options, out->slots_);
+  CKFMT_RETURN_IF_ERROR(out->TakeSlot());
+  return out;
+}
+
+StagedOutput::~StagedOutput() {
+  // Abandoned (an error or abort): let queued writes finish before the
+  // slots they point into are freed.
+  while (io_ && io_->in_flight() > 0) (void)io_->Wait();
+}
+
+Status StagedOutput::Reap() {
+  BlockIo::Completion c = io_->Wait();
+  if (c.slot >= 0) free_.push_back(c.slot);
+  return c.status;
+}
+
+Status StagedOutput::TakeSlot() {
+  while (free_.empty()) {
+    if (io_->in_flight() == 0) return Status::Internal("staging slots exhausted");
+    CKFMT_RETURN_IF_ERROR(Reap());
+  }
+  current_ = free_.back();
+  free_.pop_back();
+  fill_ = 0;
+  return Status::OK();
+}
+
+void StagedOutput::RetireCurrent() {
+  ready_.emplace_back(current_, slot_offset_);
+  ready_len_[current_] = fill_;
+  slot_offset_ += fill_;
+  current_ = -1;
+}
+
+Result<StagedOutput::Space> StagedOutput::Reserve(size_t n) {
+  if (n > block_size_) return Status::Internal("reservation larger than a staging slot");
+  if (block_size_ - fill_ < n) {
+    RetireCurrent();
+    CKFMT_RETURN_IF_ERROR(TakeSlot());
+  }
+  reserved_ = n;
+  return Space{slots_[current_].data() + fill_, slot_offset_ + fill_};
+}
+
+void StagedOutput::Commit(size_t used) {
+  size_t padded = AlignUp(used);
+  std::memset(slots_[current_].data() + fill_ + used, 0, padded - used);
+  fill_ += padded;
+  reserved_ = 0;
+}
+
+Status StagedOutput::SubmitReady() {
+  while (!ready_.empty()) {
+    auto [slot, offset] = ready_.front();
+    ready_.pop_front();
+    CKFMT_RETURN_IF_ERROR(io_->SubmitWrite(slot, offset, ready_len_[slot]));
+  }
+  if (fill_ == block_size_) {  // full: no reason to hold it back
+    CKFMT_RETURN_IF_ERROR(io_->SubmitWrite(current_, slot_offset_, fill_));
+    slot_offset_ += fill_;
+    return TakeSlot();
+  }
+  return Status::OK();
+}
+
+Status StagedOutput::Append(const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    size_t take = std::min(n, block_size_ - fill_);
+    std::memcpy(slots_[current_].data() + fill_, p, take);
+    fill_ += take;
+    p += take;
+    n -= take;
+    CKFMT_RETURN_IF_ERROR(SubmitReady());
+  }
+  return Status::OK();
+}
+
+Status StagedOutput::Finish() {
+  if (!IsAligned(fill_)) return Status::Internal("output ends unaligned");
+  CKFMT_RETURN_IF_ERROR(SubmitReady());
+  if (fill_ > 0) {
+    CKFMT_RETURN_IF_ERROR(io_->SubmitWrite(current_, slot_offset_, fill_));
+    slot_offset_ += fill_;
+    fill_ = 0;
+    current_ = -1;
+  }
+  Status first;
+  while (io_->in_flight() > 0) {
+    Status s = Reap();
+    if (first.ok()) first = s;
+  }
+  return first;
+}
+
+}  // namespace ckfmt

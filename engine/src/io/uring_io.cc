@@ -1,0 +1,141 @@
+// The io_uring backend: staging slots registered as fixed buffers, the file
+// registered as a fixed file, one request in flight per slot.
+#include <liburing.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "ckfmt/log.h"
+#include "io/block_io.h"
+
+namespace ckfmt {
+namespace {
+
+class UringIo final : public BlockIo {
+ public:
+  UringIo(const File& file, const std::vector<AlignedBuffer>& slots)
+      : file_(file), slots_(slots), reqs_(slots.size()) {}
+  ~UringIo() override {
+    if (!initialized_) return;
+    while (in_flight_ > 0) (void)Wait();
+    io_uring_queue_exit(&ring_);
+  }
+
+  // Returns an empty string on success, else why io_uring is unusable.
+  std::string Init() {
+    int rc = io_uring_queue_init(static_cast<unsigned>(std::max<size_t>(slots_.size(), 2)), &ring_, 0);
+    if (rc < 0) return std::string("io_uring_queue_init: ") + std::strerror(-rc);
+    initialized_ = true;
+    std::vector<iovec> iov;
+    for (const auto& s : slots_) iov.push_back({s.data(), s.size()});
+    fixed_buffers_ = io_uring_register_buffers(&ring_, iov.data(), iov.size()) == 0;
+    int fd = file_.fd();
+    fixed_file_ = io_uring_register_files(&ring_, &fd, 1) == 0;
+    return "";
+  }
+
+  Status SubmitWrite(int slot, uint64_t offset, size_t len) override {
+    reqs_[slot] = {true, offset, len, 0};
+    return Queue(slot);
+  }
+  Status SubmitRead(int slot, uint64_t offset, size_t len) override {
+    reqs_[slot] = {false, offset, len, 0};
+    return Queue(slot);
+  }
+
+  Completion Wait() override {
+    while (true) {
+      io_uring_cqe* cqe = nullptr;
+      int rc = io_uring_wait_cqe(&ring_, &cqe);
+      if (rc == -EINTR) continue;
+      if (rc < 0) {
+        // The ring itself failed; nothing more will complete.
+        in_flight_ = 0;
+        return {-1, Status::FromErrno(-rc, "io_uring_wait_cqe on " + file_.path())};
+      }
+      int slot = static_cast<int>(io_uring_cqe_get_data64(cqe));
+      int res = cqe->res;
+      io_uring_cqe_seen(&ring_, cqe);
+      --in_flight_;
+      Req& r = reqs_[slot];
+      const char* what = r.write ? "write to " : "read of ";
+      if (res < 0) {
+        return {slot, Status::FromErrno(-res, what + file_.path() + " at offset " +
+                                                  std::to_string(r.offset + r.done))};
+      }
+      if (res == 0) {
+        return {slot, r.write ? Status::IOError("write to " + file_.path() + " made no progress")
+                              : Status::Corruption(file_.path() + ": unexpected end of file at " +
+                                                   std::to_string(r.offset + r.done))};
+      }
+      r.done += static_cast<size_t>(res);
+      if (r.done == r.len) return {slot, Status::OK()};
+      // Short transfer: queue the rest of the same request.
+      if (Status s = Queue(slot); !s.ok()) return {slot, s};
+    }
+  }
+
+  size_t in_flight() const override { return in_flight_; }
+  std::string name() const override {
+    std::string n = "io_uring";
+    if (fixed_buffers_) n += "+fixed-buffers";
+    if (file_.direct()) n += "+O_DIRECT";
+    return n;
+  }
+
+ private:
+  struct Req {
+    bool write = false;
+    uint64_t offset = 0;
+    size_t len = 0;
+    size_t done = 0;
+  };
+
+  Status Queue(int slot) {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (!sqe) return Status::Internal("io_uring submission queue full");
+    const Req& r = reqs_[slot];
+    uint8_t* buf = slots_[slot].data() + r.done;
+    unsigned len = static_cast<unsigned>(r.len - r.done);
+    uint64_t off = r.offset + r.done;
+    int fd = fixed_file_ ? 0 : file_.fd();
+    // Fixed-buffer ops need the whole transfer inside the registered buffer,
+    // which holds for every (re)submission of a slot's own request.
+    if (r.write) {
+      if (fixed_buffers_) io_uring_prep_write_fixed(sqe, fd, buf, len, off, slot);
+      else io_uring_prep_write(sqe, fd, buf, len, off);
+    } else {
+      if (fixed_buffers_) io_uring_prep_read_fixed(sqe, fd, buf, len, off, slot);
+      else io_uring_prep_read(sqe, fd, buf, len, off);
+    }
+    if (fixed_file_) sqe->flags |= IOSQE_FIXED_FILE;
+    io_uring_sqe_set_data64(sqe, static_cast<uint64_t>(slot));
+    int rc = io_uring_submit(&ring_);
+    if (rc < 0) return Status::FromErrno(-rc, "io_uring_submit on " + file_.path());
+    ++in_flight_;
+    return Status::OK();
+  }
+
+  const File& file_;
+  const std::vector<AlignedBuffer>& slots_;
+  std::vector<Req> reqs_;
+  io_uring ring_{};
+  bool initialized_ = false;
+  bool fixed_buffers_ = false;
+  bool fixed_file_ = false;
+  size_t in_flight_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<BlockIo> MakeUringIo(const File& file, const std::vector<AlignedBuffer>& slots) {
+  auto io = std::make_unique<UringIo>(file, slots);
+  if (std::string why = io->Init(); !why.empty()) {
+    Log(LogLevel::kWarning, file.path() + ": io_uring unavailable (" + why + "); using pread/pwrite");
+    return nullptr;
+  }
+  return io;
+}
+
+}  // namespace ckfmt

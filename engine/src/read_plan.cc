@@ -1,0 +1,187 @@
+#include "read_plan.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "ckfmt/checksum.h"
+#include "ckfmt/file_layout.h"
+#include "io/block_io.h"
+
+namespace ckfmt {
+namespace {
+
+// One copy out of a decoded chunk.
+struct Copy {
+  uint64_t src;  // byte offset in the chunk's raw bytes
+  uint8_t* dst;
+  uint64_t len;
+};
+
+struct ChunkTask {
+  const EntryRecord* entry;
+  const ChunkRecord* chunk;
+  uint64_t raw_begin;  // the chunk's first byte within its piece's stream
+  std::vector<Copy> copies;
+};
+
+// Consecutive chunks read with one request into one buffer.
+struct Request {
+  uint64_t begin, end;  // aligned file range
+  std::vector<ChunkTask*> tasks;
+};
+
+constexpr uint64_t kMaxGap = 256 << 10;  // read through gaps up to this size
+
+std::string Describe(const File& file, const ChunkTask& t) {
+  return file.path() + ": " + FormatKeyPath(t.entry->path) + ": chunk at offset " +
+         std::to_string(t.chunk->offset) + " (raw bytes " + std::to_string(t.raw_begin) + ".." +
+         std::to_string(t.raw_begin + t.chunk->raw_size) + " of its piece)";
+}
+
+// Adds the copies that move `target`'s overlap with each piece of its entry.
+Status PlanTarget(const File& file, const ReadTarget& target,
+                  std::map<uint64_t, ChunkTask>& tasks) {
+  const EntryRecord& e = *target.entry;
+  const uint64_t es = DTypeSize(e.dtype);
+  uint64_t covered = 0;
+  for (const PieceRecord& piece : e.pieces) {
+    std::vector<Run> runs;
+    ForEachOverlap(e.shape, piece.region, target.region, [&](const Run& r) { runs.push_back(r); });
+    if (runs.empty()) continue;
+    // Runs and chunks both ascend through the piece's stream: merge them.
+    size_t ci = 0;
+    uint64_t chunk_begin = 0;
+    for (const Run& run : runs) {
+      covered += run.count;
+      uint64_t lo = run.src_offset * es, hi = lo + run.count * es;
+      while (lo < hi) {
+        while (ci < piece.chunks.size() && chunk_begin + piece.chunks[ci].raw_size <= lo) {
+          chunk_begin += piece.chunks[ci++].raw_size;
+        }
+        if (ci == piece.chunks.size()) return Status::Internal("run beyond the piece's chunks");
+        const ChunkRecord& c = piece.chunks[ci];
+        uint64_t take = std::min(hi, chunk_begin + c.raw_size) - lo;
+        ChunkTask& t = tasks[c.offset];
+        t.entry = &e;
+        t.chunk = &c;
+        t.raw_begin = chunk_begin;
+        t.copies.push_back({lo - chunk_begin, target.dst + (run.dst_offset * es + (lo - run.src_offset * es)), take});
+        lo += take;
+      }
+    }
+  }
+  if (covered != target.region.NumElements()) {
+    return Status::NotFound(file.path() + ": " + FormatKeyPath(e.path) + ": the file holds " +
+                            std::to_string(covered) + " of the " +
+                            std::to_string(target.region.NumElements()) + " elements of " +
+                            target.region.ToString() + " (a partial entry)");
+  }
+  return Status::OK();
+}
+
+// Verifies, decodes and scatters one chunk whose stored bytes are at `stored`.
+Status ProcessChunk(const File& file, const ChunkTask& t, const uint8_t* stored, bool verify) {
+  const ChunkRecord& c = *t.chunk;
+  if (verify) {
+    uint64_t sum = Checksum(stored, c.stored_size);
+    if (sum != c.checksum) {
+      char buf[80];
+      std::snprintf(buf, sizeof buf, ": checksum mismatch (expected %016llx, computed %016llx)",
+                    (unsigned long long)c.checksum, (unsigned long long)sum);
+      return Status::Corruption(Describe(file, t) + buf);
+    }
+  }
+  const uint8_t* raw = stored;
+  thread_local std::vector<uint8_t> scratch;
+  if (c.codec != uint8_t(Codec::kNone)) {
+    // A single copy that takes the whole chunk decodes straight into place.
+    if (t.copies.size() == 1 && t.copies[0].len == c.raw_size) {
+      Status s = DecodeChunk(c.codec, stored, c.stored_size, t.copies[0].dst, c.raw_size);
+      return s.ok() ? s : s.WithContext(Describe(file, t));
+    }
+    scratch.resize(c.raw_size);
+    Status s = DecodeChunk(c.codec, stored, c.stored_size, scratch.data(), c.raw_size);
+    if (!s.ok()) return s.WithContext(Describe(file, t));
+    raw = scratch.data();
+  }
+  for (const Copy& cp : t.copies) std::memcpy(cp.dst, raw + cp.src, cp.len);
+  return Status::OK();
+}
+
+std::vector<Request> GroupRequests(std::map<uint64_t, ChunkTask>& tasks, uint64_t block) {
+  std::vector<Request> reqs;
+  for (auto& [offset, t] : tasks) {
+    uint64_t end = AlignUp(offset + t.chunk->stored_size);
+    if (!reqs.empty()) {
+      Request& r = reqs.back();
+      if (offset >= r.end && offset - r.end <= kMaxGap && end - r.begin <= block) {
+        r.end = end;
+        r.tasks.push_back(&t);
+        continue;
+      }
+    }
+    reqs.push_back({offset, end, {&t}});
+  }
+  return reqs;
+}
+
+}  // namespace
+
+Status ReadTargets(const File& file, const std::vector<ReadTarget>& targets,
+                   const ReadOptions& options, ThreadPool& pool, uint64_t* bytes_read) {
+  std::map<uint64_t, ChunkTask> tasks;
+  for (const ReadTarget& t : targets) CKFMT_RETURN_IF_ERROR(PlanTarget(file, t, tasks));
+  if (tasks.empty()) return Status::OK();
+
+  const uint64_t block = AlignUp(std::max<uint64_t>(options.io.block_size, kAlignment));
+  std::vector<Request> reqs = GroupRequests(tasks, block);
+  const size_t nslots = std::max<size_t>(2, options.io.staging_bytes / block);
+  std::vector<AlignedBuffer> slots;
+  for (size_t i = 0; i < std::min(nslots, reqs.size()); ++i) slots.emplace_back(block);
+  auto io = BlockIo::Create(file, options.io, slots);
+
+  auto process = [&](const Request& r, const uint8_t* buf) {
+    std::vector<Status> errs(r.tasks.size());
+    pool.ParallelFor(r.tasks.size(), [&](size_t i) {
+      const ChunkTask& t = *r.tasks[i];
+      errs[i] = ProcessChunk(file, t, buf + (t.chunk->offset - r.begin), options.verify_checksums);
+    });
+    for (Status& s : errs) CKFMT_RETURN_IF_ERROR(s);
+    *bytes_read += r.end - r.begin;
+    return Status::OK();
+  };
+
+  std::vector<size_t> slot_req(slots.size());
+  std::vector<int> free;
+  for (size_t i = 0; i < slots.size(); ++i) free.push_back(static_cast<int>(i));
+  Status status;
+  size_t next = 0;
+  while (status.ok() && (next < reqs.size() || io->in_flight() > 0)) {
+    // Requests larger than a slot (chunks written with a bigger chunk size
+    // than our block) are read on their own.
+    while (status.ok() && next < reqs.size() && reqs[next].end - reqs[next].begin > block) {
+      const Request& r = reqs[next++];
+      AlignedBuffer big(r.end - r.begin);
+      status = file.ReadAt(r.begin, big.data(), r.end - r.begin);
+      if (status.ok()) status = process(r, big.data());
+    }
+    while (status.ok() && next < reqs.size() && !free.empty() &&
+           reqs[next].end - reqs[next].begin <= block) {
+      int slot = free.back();
+      free.pop_back();
+      slot_req[slot] = next;
+      status = io->SubmitRead(slot, reqs[next].begin, reqs[next].end - reqs[next].begin);
+      ++next;
+    }
+    if (!status.ok() || io->in_flight() == 0) continue;
+    BlockIo::Completion c = io->Wait();
+    status = c.status;
+    if (status.ok()) status = process(reqs[slot_req[c.slot]], slots[c.slot].data());
+    if (c.slot >= 0) free.push_back(c.slot);
+  }
+  while (io->in_flight() > 0) (void)io->Wait();
+  return status;
+}
+
+}  // namespace ckfmt

@@ -1,0 +1,56 @@
+#include "ckfmt/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace ckfmt {
+
+Tensor Tensor::View(DType dtype, Shape shape, void* data, Device device) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.numel_ = 1;
+  for (uint64_t d : shape) t.numel_ *= d;
+  t.shape_ = std::move(shape);
+  t.data_ = data;
+  t.device_ = device;
+  return t;
+}
+
+Tensor Tensor::Owning(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner,
+                      Device device) {
+  Tensor t = View(dtype, std::move(shape), data, device);
+  t.owner_ = std::move(owner);
+  return t;
+}
+
+Tensor Tensor::Zeros(DType dtype, Shape shape) {
+  uint64_t bytes = DTypeSize(dtype);
+  for (uint64_t d : shape) bytes *= d;
+  size_t alloc = (bytes + 63) / 64 * 64;
+  void* p = alloc ? std::aligned_alloc(64, alloc) : nullptr;
+  if (alloc && !p) throw std::bad_alloc();
+  if (p) std::memset(p, 0, alloc);
+  std::shared_ptr<void> owner(p, [](void* q) { std::free(q); });
+  return Owning(dtype, std::move(shape), p, std::move(owner));
+}
+
+Tensor& Tensor::SetShard(ShardSpec spec) {
+  shard_ = std::move(spec);
+  return *this;
+}
+
+Allocator HostAllocator() {
+  return [](DType dtype, const Shape& shape, const KeyPath&, Device) -> Result<Tensor> {
+    auto numel = NumElements(shape);
+    if (!numel.ok()) return numel.status();
+    auto bytes = CheckedBytes(*numel, DTypeSize(dtype));
+    if (!bytes.ok()) return bytes.status();
+    try {
+      return Tensor::Zeros(dtype, shape);
+    } catch (const std::bad_alloc&) {
+      return Status::IOError("cannot allocate " + std::to_string(*bytes) + " bytes");
+    }
+  };
+}
+
+}  // namespace ckfmt

@@ -1,0 +1,362 @@
+#include "ckfmt/writer.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+
+#include "ckfmt/checksum.h"
+#include "ckfmt/file_layout.h"
+#include "ckfmt/log.h"
+#include "io/file.h"
+#include "io/staged_output.h"
+#include "thread_pool.h"
+
+namespace ckfmt {
+
+inline constexpr const char* kWriterVersion = "0.1.0";
+
+class CheckpointWriter::Impl {
+ public:
+  Impl(std::string path, const SaveOptions& options)
+      : path_(std::move(path)), tmp_path_(TemporaryPathFor(path_)), opts_(options),
+        pool_(options.io.threads) {}
+  ~Impl() { Abort(); }
+
+  Status Open();
+  Status AddContainer(const KeyPath& path, EntryKind kind);
+  Status AddScalar(const KeyPath& path, const Value& value);
+  Status AddBytes(const KeyPath& path, const std::string& content_type, const void* data,
+                  size_t size);
+  Status AddTensorPiece(const KeyPath& path, DType dtype, const Shape& shape, const Region& region,
+                        uint32_t rank, const void* data);
+  Result<EntryRecord*> FindTensor(const KeyPath& path);
+  Status Commit();
+  void Abort();
+  const WriteStats& stats() const { return stats_; }
+
+ private:
+  Status CheckUsable() const;
+  // Fails (and poisons the writer) on error.
+  Status Guard(Status s);
+  Result<EntryRecord*> NewEntry(const KeyPath& path, EntryKind kind);
+  // Streams `size` bytes as chunks of `chunk_raw` bytes into `piece`.
+  Status WriteChunks(const uint8_t* data, uint64_t size, uint64_t chunk_raw, PieceRecord* piece);
+  Status WriteBatch(const uint8_t* data, const std::vector<std::pair<uint64_t, uint64_t>>& batch,
+                    PieceRecord* piece);
+
+  std::string path_, tmp_path_;
+  SaveOptions opts_;
+  ThreadPool pool_;
+  File file_;
+  std::unique_ptr<StagedOutput> out_;
+  size_t batch_max_ = 1;
+  std::vector<AlignedBuffer> scratch_;  // per batch slot, for compressed chunks
+  IndexRecord index_;
+  std::map<KeyPath, size_t> entry_pos_;
+  WriteStats stats_;
+  Status failed_;
+  bool open_ = false, done_ = false;
+};
+
+Status CheckpointWriter::Impl::Open() {
+  if (opts_.chunk_size == 0) return Status::InvalidArgument("chunk_size must be positive");
+  CKFMT_ASSIGN_OR_RETURN(file_, File::Create(tmp_path_, opts_.io.direct_io));
+  open_ = true;
+  // A slot must hold any chunk after encoding, plus its padding.
+  uint64_t chunk_max = std::min<uint64_t>(opts_.chunk_size, kMaxChunkRawSize);
+  size_t block = AlignUp(std::max<uint64_t>(opts_.io.block_size,
+                                             MaxEncodedSize(opts_.codec, chunk_max)));
+  size_t slots = std::max<size_t>(3, opts_.io.staging_bytes / block);
+  batch_max_ = std::max<size_t>(1, std::min<size_t>(2 * pool_.size(), slots - 2));
+  if (opts_.codec != Codec::kNone) {
+    for (size_t i = 0; i < batch_max_; ++i) {
+      scratch_.emplace_back(MaxEncodedSize(opts_.codec, chunk_max));
+    }
+  }
+  CKFMT_ASSIGN_OR_RETURN(out_, StagedOutput::Create(file_, opts_.io, block, slots));
+  stats_.io_path = out_->io_name();
+  index_.writer_name = "ckfmt";
+  index_.writer_version = kWriterVersion;
+  index_.world_size = opts_.world_size;
+  index_.save_mode = opts_.save_mode;
+  index_.metadata = opts_.metadata;
+  CKFMT_ASSIGN_OR_RETURN(auto space, out_->Reserve(kHeaderSize));
+  EncodeHeader(FileHeader{}, space.data);
+  out_->Commit(kHeaderSize);
+  return Status::OK();
+}
+
+Status CheckpointWriter::Impl::CheckUsable() const {
+  if (done_) return Status::InvalidArgument(path_ + ": writer already committed or aborted");
+  if (!failed_.ok()) {
+    return Status::Aborted(path_ + ": an earlier error stopped this save: " + failed_.message());
+  }
+  return Status::OK();
+}
+
+Status CheckpointWriter::Impl::Guard(Status s) {
+  if (!s.ok() && failed_.ok()) failed_ = s;
+  return s;
+}
+
+Result<EntryRecord*> CheckpointWriter::Impl::NewEntry(const KeyPath& path, EntryKind kind) {
+  CKFMT_RETURN_IF_ERROR(CheckUsable());
+  if (path.empty()) return Status::InvalidArgument(path_ + ": an entry needs a non-empty key path");
+  KeyPath parent(path.begin(), path.end() - 1);
+  if (!parent.empty()) {
+    auto it = entry_pos_.find(parent);
+    if (it == entry_pos_.end() || !index_.entries[it->second].IsContainer()) {
+      return Status::InvalidArgument(path_ + ": " + FormatKeyPath(path) +
+                                     ": its parent was not added as a dict or list");
+    }
+  }
+  if (!entry_pos_.emplace(path, index_.entries.size()).second) {
+    return Status::InvalidArgument(path_ + ": " + FormatKeyPath(path) + " was added twice");
+  }
+  EntryRecord& e = index_.entries.emplace_back();
+  e.path = path;
+  e.kind = kind;
+  return &e;
+}
+
+Status CheckpointWriter::Impl::AddContainer(const KeyPath& path, EntryKind kind) {
+  if (kind != EntryKind::kDict && kind != EntryKind::kList) {
+    return Status::InvalidArgument("AddContainer takes kDict or kList");
+  }
+  return NewEntry(path, kind).status();
+}
+
+Status CheckpointWriter::Impl::AddScalar(const KeyPath& path, const Value& v) {
+  EntryKind kind;
+  switch (v.kind()) {
+    case Value::Kind::kNone: kind = EntryKind::kNone; break;
+    case Value::Kind::kBool: kind = EntryKind::kBool; break;
+    case Value::Kind::kInt: kind = EntryKind::kInt; break;
+    case Value::Kind::kFloat: kind = EntryKind::kFloat; break;
+    case Value::Kind::kString: kind = EntryKind::kString; break;
+    default:
+      return Status::InvalidArgument(FormatKeyPath(path) + ": AddScalar got a " +
+                                     ValueKindName(v.kind()));
+  }
+  CKFMT_ASSIGN_OR_RETURN(EntryRecord * e, NewEntry(path, kind));
+  if (kind == EntryKind::kBool) e->bool_value = v.as_bool();
+  if (kind == EntryKind::kInt) e->int_value = v.as_int();
+  if (kind == EntryKind::kFloat) e->float_value = v.as_float();
+  if (kind == EntryKind::kString) e->string_value = v.as_string();
+  return Status::OK();
+}
+
+Status CheckpointWriter::Impl::AddBytes(const KeyPath& path, const std::string& content_type,
+                                        const void* data, size_t size) {
+  CKFMT_ASSIGN_OR_RETURN(EntryRecord * e, NewEntry(path, EntryKind::kBytes));
+  e->content_type = content_type;
+  e->dtype = DType::kU8;
+  e->shape = {size};
+  size_t pos = entry_pos_[path];
+  PieceRecord piece{0, Region::Whole(e->shape), {}};
+  CKFMT_RETURN_IF_ERROR(Guard(WriteChunks(static_cast<const uint8_t*>(data), size,
+                                          opts_.chunk_size, &piece)));
+  index_.entries[pos].pieces.push_back(std::move(piece));
+  return Status::OK();
+}
+
+Status CheckpointWriter::Impl::AddTensorPiece(const KeyPath& path, DType dtype, const Shape& shape,
+                                              const Region& region, uint32_t rank,
+                                              const void* data) {
+  CKFMT_RETURN_IF_ERROR(CheckUsable());
+  std::string where = path_ + ": " + FormatKeyPath(path);
+  if (Status s = ValidateRegion(region, shape); !s.ok()) {
+    return Status::InvalidArgument(where + ": " + s.message());
+  }
+  auto numel = NumElements(shape);
+  if (!numel.ok() || !CheckedBytes(*numel, DTypeSize(dtype)).ok()) {
+    return Status::InvalidArgument(where + ": tensor size overflows 64 bits");
+  }
+  size_t pos;
+  if (auto it = entry_pos_.find(path); it != entry_pos_.end()) {
+    const EntryRecord& e = index_.entries[it->second];
+    if (e.kind != EntryKind::kTensor || e.dtype != dtype || e.shape != shape) {
+      return Status::InvalidArgument(where + ": a piece disagrees with the entry's kind, dtype "
+                                     "or shape given by an earlier piece");
+    }
+    pos = it->second;
+  } else {
+    CKFMT_ASSIGN_OR_RETURN(EntryRecord * e, NewEntry(path, EntryKind::kTensor));
+    e->dtype = dtype;
+    e->shape = shape;
+    pos = index_.entries.size() - 1;
+  }
+  const uint64_t esize = DTypeSize(dtype);
+  uint64_t chunk_raw = std::max<uint64_t>(esize, std::min(opts_.chunk_size, kMaxChunkRawSize) / esize * esize);
+  PieceRecord piece{rank, region, {}};
+  CKFMT_RETURN_IF_ERROR(Guard(WriteChunks(static_cast<const uint8_t*>(data),
+                                          region.NumElements() * esize, chunk_raw, &piece)));
+  index_.entries[pos].pieces.push_back(std::move(piece));
+  return Status::OK();
+}
+
+Result<EntryRecord*> CheckpointWriter::Impl::FindTensor(const KeyPath& path) {
+  CKFMT_RETURN_IF_ERROR(CheckUsable());
+  auto it = entry_pos_.find(path);
+  if (it == entry_pos_.end() || !index_.entries[it->second].HasData()) {
+    return Status::InvalidArgument(path_ + ": " + FormatKeyPath(path) + " is not a tensor entry");
+  }
+  return &index_.entries[it->second];
+}
+
+Status CheckpointWriter::Impl::WriteChunks(const uint8_t* data, uint64_t size, uint64_t chunk_raw,
+                                           PieceRecord* piece) {
+  std::vector<std::pair<uint64_t, uint64_t>> batch;  // (offset in data, raw size)
+  for (uint64_t off = 0; off < size;) {
+    uint64_t n = std::min(chunk_raw, size - off);
+    batch.emplace_back(off, n);
+    off += n;
+    if (batch.size() == batch_max_ || off == size) {
+      CKFMT_RETURN_IF_ERROR(WriteBatch(data, batch, piece));
+      batch.clear();
+    }
+  }
+  return Status::OK();
+}
+
+// Encodes and checksums a batch of chunks on the pool while earlier slots
+// are being written, then hands the filled slots to the I/O backend.
+Status CheckpointWriter::Impl::WriteBatch(const uint8_t* data,
+                                          const std::vector<std::pair<uint64_t, uint64_t>>& batch,
+                                          PieceRecord* piece) {
+  const size_t n = batch.size();
+  std::vector<ChunkRecord> recs(n);
+  std::vector<Status> errors(n);
+  if (opts_.codec == Codec::kNone) {
+    // Sizes are known: reserve every chunk's place first, then copy and
+    // checksum all of them in parallel.
+    std::vector<uint8_t*> dst(n);
+    for (size_t i = 0; i < n; ++i) {
+      CKFMT_ASSIGN_OR_RETURN(auto space, out_->Reserve(batch[i].second));
+      dst[i] = space.data;
+      recs[i] = {space.file_offset, batch[i].second, batch[i].second, 0, uint8_t(Codec::kNone)};
+      out_->Commit(batch[i].second);
+    }
+    pool_.ParallelFor(n, [&](size_t i) {
+      std::memcpy(dst[i], data + batch[i].first, batch[i].second);
+      recs[i].checksum = Checksum(dst[i], batch[i].second);
+    });
+  } else {
+    // Encoded sizes are known only afterwards: encode into scratch in
+    // parallel, then copy into place in order.
+    std::vector<size_t> stored(n);
+    pool_.ParallelFor(n, [&](size_t i) {
+      auto r = EncodeChunk(opts_.codec, opts_.level, data + batch[i].first, batch[i].second,
+                           scratch_[i].data(), scratch_[i].size());
+      if (!r.ok()) {
+        errors[i] = r.status();
+        return;
+      }
+      stored[i] = *r;
+      recs[i].checksum = Checksum(scratch_[i].data(), *r);
+    });
+    for (size_t i = 0; i < n; ++i) {
+      CKFMT_RETURN_IF_ERROR(errors[i]);
+      // Chunks that do not shrink are stored raw: decoding them costs nothing.
+      bool raw = stored[i] >= batch[i].second;
+      const uint8_t* src = raw ? data + batch[i].first : scratch_[i].data();
+      size_t len = raw ? batch[i].second : stored[i];
+      CKFMT_ASSIGN_OR_RETURN(auto space, out_->Reserve(len));
+      std::memcpy(space.data, src, len);
+      if (raw) recs[i].checksum = Checksum(space.data, len);
+      recs[i] = {space.file_offset, len, batch[i].second, recs[i].checksum,
+                 uint8_t(raw ? Codec::kNone : opts_.codec)};
+      out_->Commit(len);
+    }
+  }
+  CKFMT_RETURN_IF_ERROR(out_->SubmitReady());
+  for (const auto& r : recs) {
+    stats_.raw_bytes += r.raw_size;
+    stats_.stored_bytes += r.stored_size;
+    ++stats_.chunks;
+    piece->chunks.push_back(r);
+  }
+  return Status::OK();
+}
+
+Status CheckpointWriter::Impl::Commit() {
+  CKFMT_RETURN_IF_ERROR(CheckUsable());
+  auto fail = [&](Status s) {
+    (void)Guard(s);
+    Abort();
+    return s;
+  };
+  uint64_t index_offset = out_->position();
+  if (Status s = ValidateIndex(index_, kHeaderSize, index_offset, tmp_path_); !s.ok()) {
+    return fail(Status::InvalidArgument("refusing to commit " + path_ + ": " + s.message()));
+  }
+  std::string index = SerializeIndex(index_);
+  FileFooter footer;
+  footer.index_offset = index_offset;
+  footer.index_length = index.size();
+  footer.index_checksum = Checksum(index.data(), index.size());
+  uint64_t file_size = AlignUp(index_offset + index.size() + kFooterSize);
+  uint8_t footer_bytes[kFooterSize];
+  EncodeFooter(footer, footer_bytes);
+  std::vector<uint8_t> zeros(file_size - kFooterSize - index_offset - index.size(), 0);
+  Status s = out_->Append(index.data(), index.size());
+  if (s.ok()) s = out_->Append(zeros.data(), zeros.size());
+  if (s.ok()) s = out_->Append(footer_bytes, kFooterSize);
+  if (s.ok()) s = out_->Finish();
+  if (s.ok() && opts_.fsync) s = file_.Sync();
+  if (s.ok()) s = file_.Close();
+  if (s.ok()) s = CommitRename(tmp_path_, path_, opts_.fsync);
+  if (!s.ok()) return fail(s);
+  stats_.file_bytes = file_size;
+  done_ = true;
+  Log(LogLevel::kInfo, path_ + ": committed " + std::to_string(file_size) + " bytes via " +
+                           stats_.io_path);
+  return Status::OK();
+}
+
+void CheckpointWriter::Impl::Abort() {
+  if (done_) return;
+  done_ = true;
+  out_.reset();  // waits for queued writes
+  (void)file_.Close();
+  if (open_) ::unlink(tmp_path_.c_str());
+}
+
+CheckpointWriter::CheckpointWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CheckpointWriter::~CheckpointWriter() = default;
+
+Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Create(const std::string& path,
+                                                                   const SaveOptions& options) {
+  auto impl = std::make_unique<Impl>(path, options);
+  CKFMT_RETURN_IF_ERROR(impl->Open());
+  return std::unique_ptr<CheckpointWriter>(new CheckpointWriter(std::move(impl)));
+}
+
+Status CheckpointWriter::AddContainer(const KeyPath& p, EntryKind k) { return impl_->AddContainer(p, k); }
+Status CheckpointWriter::AddScalar(const KeyPath& p, const Value& v) { return impl_->AddScalar(p, v); }
+Status CheckpointWriter::AddBytes(const KeyPath& p, const std::string& ct, const void* d, size_t n) {
+  return impl_->AddBytes(p, ct, d, n);
+}
+Status CheckpointWriter::AddTensorPiece(const KeyPath& p, DType t, const Shape& s, const Region& r,
+                                        uint32_t rank, const void* d) {
+  return impl_->AddTensorPiece(p, t, s, r, rank, d);
+}
+Status CheckpointWriter::AddSavedLayout(const KeyPath& p, ShardRecord shard) {
+  CKFMT_ASSIGN_OR_RETURN(EntryRecord * e, impl_->FindTensor(p));
+  if (Status s = ValidateRegion(shard.region, e->shape); !s.ok()) {
+    return Status::InvalidArgument(FormatKeyPath(p) + ": saved layout: " + s.message());
+  }
+  e->saved_layout.push_back(std::move(shard));
+  return Status::OK();
+}
+Status CheckpointWriter::MarkPartial(const KeyPath& p) {
+  CKFMT_ASSIGN_OR_RETURN(EntryRecord * e, impl_->FindTensor(p));
+  e->partial = true;
+  return Status::OK();
+}
+Status CheckpointWriter::Commit() { return impl_->Commit(); }
+void CheckpointWriter::Abort() { impl_->Abort(); }
+const WriteStats& CheckpointWriter::stats() const { return impl_->stats(); }
+
+}  // namespace ckfmt

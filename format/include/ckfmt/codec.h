@@ -1,0 +1,34 @@
+// Chunk codecs: how a chunk's stored bytes encode its raw bytes.
+// Ids are on-disk values (spec/FORMAT.md §5).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "ckfmt/status.h"
+
+namespace ckfmt {
+
+enum class Codec : uint8_t {
+  kNone = 0,
+  kZstd = 1,
+};
+
+bool IsKnownCodec(uint8_t id);
+std::string_view CodecName(uint8_t id);
+
+// Upper bound of EncodeChunk's output for `raw_size` input bytes.
+size_t MaxEncodedSize(Codec codec, size_t raw_size);
+
+// Encodes `raw` into `out` (capacity `out_cap` >= MaxEncodedSize); returns the
+// stored size. `level` applies to zstd.
+Result<size_t> EncodeChunk(Codec codec, int level, const void* raw, size_t raw_size, void* out,
+                           size_t out_cap);
+
+// Decodes exactly `raw_size` bytes into `out`. Any other outcome - an
+// unknown codec, malformed input, a different decoded size - is an error.
+Status DecodeChunk(uint8_t codec, const void* stored, size_t stored_size, void* out,
+                   size_t raw_size);
+
+}  // namespace ckfmt

@@ -1,0 +1,68 @@
+// Byte layout of a ckfmt file outside the index (spec/FORMAT.md §2-3).
+//
+//   [header: 4096 bytes][data chunks, each at a 4096-aligned offset]
+//   [index (FlatBuffer) at a 4096-aligned offset][zeros][footer: last 64 bytes]
+//
+// The file size is a multiple of 4096, so every write and read can use
+// O_DIRECT. All integers are little-endian.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "ckfmt/status.h"
+
+namespace ckfmt {
+
+inline constexpr uint64_t kAlignment = 4096;
+inline constexpr uint64_t kHeaderSize = 4096;
+inline constexpr uint64_t kFooterSize = 64;
+inline constexpr uint16_t kMajorVersion = 1;
+inline constexpr uint16_t kMinorVersion = 0;
+
+inline constexpr std::array<uint8_t, 8> kHeaderMagic = {0x89, 'C', 'K', 'F', '\r', '\n', 0x1a, '\n'};
+inline constexpr std::array<uint8_t, 8> kFooterMagic = {0x89, 'C', 'K', 'F', 'E', 'N', 'D', '\n'};
+
+// Upper bounds a reader enforces before allocating anything.
+inline constexpr uint64_t kMaxIndexSize = 1ull << 31;      // FlatBuffers' own limit
+inline constexpr uint64_t kMaxChunkRawSize = 1ull << 30;   // 1 GiB
+
+inline constexpr uint64_t AlignUp(uint64_t n) { return (n + kAlignment - 1) & ~(kAlignment - 1); }
+inline constexpr bool IsAligned(uint64_t n) { return (n & (kAlignment - 1)) == 0; }
+
+struct FileHeader {
+  uint16_t major = kMajorVersion;
+  uint16_t minor = kMinorVersion;
+};
+
+struct FileFooter {
+  uint64_t index_offset = 0;
+  uint64_t index_length = 0;
+  uint64_t index_checksum = 0;  // XXH3-64 of the index bytes
+  uint16_t major = kMajorVersion;
+  uint16_t minor = kMinorVersion;
+};
+
+// Writes the 4096-byte header into `out` (zero padded).
+void EncodeHeader(const FileHeader& h, uint8_t out[kHeaderSize]);
+// Checks magic, version and that reserved bytes are zero.
+// `file` names the file in messages.
+Result<FileHeader> DecodeHeader(const uint8_t in[kHeaderSize], const std::string& file);
+
+void EncodeFooter(const FileFooter& f, uint8_t out[kFooterSize]);
+// Checks magic, footer checksum, version, reserved bytes, and that the index
+// lies inside [kHeaderSize, file_size - kFooterSize) at an aligned offset.
+Result<FileFooter> DecodeFooter(const uint8_t in[kFooterSize], uint64_t file_size,
+                                const std::string& file);
+
+// Little-endian helpers.
+void PutU16(uint8_t* p, uint16_t v);
+void PutU32(uint8_t* p, uint32_t v);
+void PutU64(uint8_t* p, uint64_t v);
+uint16_t GetU16(const uint8_t* p);
+uint32_t GetU32(const uint8_t* p);
+uint64_t GetU64(const uint8_t* p);
+
+}  // namespace ckfmt

@@ -1,0 +1,32 @@
+// Key paths: where an entry sits in a nested state dict.
+//
+// A path is a list of components, each a dict key (any UTF-8, dots and
+// slashes included) or a list index. {"optim", "state", 0, "exp_avg"} is
+// state["optim"]["state"][0]["exp_avg"] when "state" is a list.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace ckfmt {
+
+using PathComponent = std::variant<std::string, uint64_t>;
+using KeyPath = std::vector<PathComponent>;
+
+// Human-readable form for messages: model/layers/0/weight, with '/' and '\'
+// in keys escaped, and list indices written as [3].
+std::string FormatKeyPath(const KeyPath& path);
+
+// The dotted name torch state dicts use ("layers.0.weight").
+std::string DottedKeyPath(const KeyPath& path);
+
+// True if `path` starts with every component of `prefix`.
+bool HasPrefix(const KeyPath& path, const KeyPath& prefix);
+
+// Parses the form FormatKeyPath writes (used by CLI filters). Components
+// of the form [N] become indices.
+KeyPath ParseKeyPath(const std::string& text);
+
+}  // namespace ckfmt

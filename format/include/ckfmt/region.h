@@ -1,0 +1,71 @@
+// Regions of a global tensor, and the arithmetic between them.
+//
+// A region is either an n-d box (offsets and lengths per dimension, as
+// DTensor/ShardedTensor chunks) or a range of the row-major flattened tensor
+// (as FSDP flat-parameter shards). A region's elements form a stream in
+// row-major order of the region: for a box, row-major order within the box;
+// for a flat range, global flat order. Stored pieces and caller buffers both
+// hold their region's stream contiguously.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ckfmt/status.h"
+
+namespace ckfmt {
+
+using Shape = std::vector<uint64_t>;
+
+struct Region {
+  enum class Kind : uint8_t { kBox, kFlat };
+
+  Kind kind = Kind::kBox;
+  std::vector<uint64_t> offsets;  // kBox
+  std::vector<uint64_t> lengths;  // kBox
+  uint64_t start = 0;             // kFlat
+  uint64_t length = 0;            // kFlat
+
+  static Region Box(std::vector<uint64_t> offsets, std::vector<uint64_t> lengths);
+  static Region Flat(uint64_t start, uint64_t length);
+  // The box covering the whole tensor.
+  static Region Whole(const Shape& shape);
+
+  // REQUIRES: Validate(shape) succeeded for some shape (no overflow).
+  uint64_t NumElements() const;
+
+  bool operator==(const Region&) const = default;
+  std::string ToString() const;
+};
+
+// Element count of `shape`, or Corruption-free failure on overflow.
+Result<uint64_t> NumElements(const Shape& shape);
+
+// Bytes of `num_elements` elements of size `elem_size`, checked for overflow.
+Result<uint64_t> CheckedBytes(uint64_t num_elements, uint64_t elem_size);
+
+// OK if `region` lies within a tensor of `shape`: rank matches for a box,
+// no offset+length overflows or exceeds the extent.
+Status ValidateRegion(const Region& region, const Shape& shape);
+
+// A contiguous run shared by two regions: `count` elements that sit at
+// element `src_offset` of the source stream and `dst_offset` of the
+// destination stream.
+struct Run {
+  uint64_t src_offset;
+  uint64_t dst_offset;
+  uint64_t count;
+};
+
+// Calls `fn` for every run of elements that both regions cover, in
+// increasing source order; adjacent runs are merged.
+// REQUIRES: both regions validated against `shape`.
+void ForEachOverlap(const Shape& shape, const Region& src, const Region& dst,
+                    const std::function<void(const Run&)>& fn);
+
+// Number of elements both regions cover.
+uint64_t OverlapElements(const Shape& shape, const Region& a, const Region& b);
+
+}  // namespace ckfmt

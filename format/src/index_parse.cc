@@ -1,0 +1,152 @@
+// FlatBuffers bytes -> IndexRecord, through the verifier and ValidateIndex.
+#include <flatbuffers/flatbuffers.h>
+
+#include "ckfmt/index.h"
+#include "ckfmt_index_generated.h"
+
+namespace ckfmt {
+namespace {
+
+struct Ctx {
+  const std::string& file;
+  size_t entry = 0;
+  Status Err(const std::string& what) const {
+    return Status::Corruption(file + ": index entry " + std::to_string(entry) + ": " + what);
+  }
+};
+
+template <typename T>
+std::vector<uint64_t> ToVec(const flatbuffers::Vector<T>* v) {
+  return v ? std::vector<uint64_t>(v->begin(), v->end()) : std::vector<uint64_t>{};
+}
+
+Result<Region> ParseRegion(const Ctx& ctx, fb::Region type, const void* value) {
+  if (type == fb::Region::FlatRange) {
+    const auto* f = static_cast<const fb::FlatRange*>(value);
+    return Region::Flat(f->start(), f->length());
+  }
+  if (type == fb::Region::Box) {
+    const auto* b = static_cast<const fb::Box*>(value);
+    return Region::Box(ToVec(b->offsets()), ToVec(b->lengths()));
+  }
+  return ctx.Err("region has unknown type " + std::to_string(int(type)));
+}
+
+Result<EntryRecord> ParseEntry(const Ctx& ctx, const fb::Entry& fe) {
+  EntryRecord e;
+  for (const fb::PathElem* pe : *fe.path()) {
+    if (pe->kind() == fb::PathKind::Key) {
+      if (!pe->key()) return ctx.Err("key path component of kind Key has no key");
+      if (pe->index() != 0) return ctx.Err("key path component of kind Key has an index");
+      e.path.emplace_back(pe->key()->str());
+    } else if (pe->kind() == fb::PathKind::Index) {
+      if (pe->key()) return ctx.Err("key path component of kind Index has a key");
+      e.path.emplace_back(pe->index());
+    } else {
+      return ctx.Err("key path component has unknown kind " + std::to_string(int(pe->kind())));
+    }
+  }
+  auto kind = static_cast<uint8_t>(fe.kind());
+  if (kind < 1 || kind > static_cast<uint8_t>(EntryKind::kList)) {
+    return ctx.Err("unknown entry kind " + std::to_string(kind));
+  }
+  e.kind = static_cast<EntryKind>(kind);
+  e.int_value = fe.int_value();
+  e.float_value = fe.float_value();
+  e.bool_value = fe.bool_value();
+  if (fe.string_value()) e.string_value = fe.string_value()->str();
+  if (fe.content_type()) e.content_type = fe.content_type()->str();
+  e.partial = fe.partial();
+  if (!e.HasData()) {
+    if (fe.shape() || fe.pieces() || fe.saved_layout() || fe.partial() ||
+        fe.dtype() != fb::DType::Invalid) {
+      return ctx.Err(std::string(EntryKindName(e.kind)) + " entry carries tensor fields");
+    }
+    if ((e.kind != EntryKind::kString && fe.string_value()) ||
+        fe.content_type() || (e.kind != EntryKind::kInt && fe.int_value() != 0) ||
+        (e.kind != EntryKind::kFloat && fe.float_value() != 0) ||
+        (e.kind != EntryKind::kBool && fe.bool_value())) {
+      return ctx.Err(std::string(EntryKindName(e.kind)) + " entry carries another kind's value");
+    }
+    if (e.kind == EntryKind::kString && !fe.string_value()) {
+      return ctx.Err("string entry has no string_value");
+    }
+    return e;
+  }
+  if (fe.string_value() || fe.int_value() != 0 || fe.float_value() != 0 || fe.bool_value()) {
+    return ctx.Err("tensor entry carries a scalar value");
+  }
+  if (e.kind == EntryKind::kBytes && !fe.content_type()) {
+    return ctx.Err("bytes entry has no content_type");
+  }
+  if (e.kind == EntryKind::kTensor && fe.content_type()) {
+    return ctx.Err("tensor entry carries a content_type");
+  }
+  auto dtype = DTypeFromId(static_cast<uint8_t>(fe.dtype()));
+  if (!dtype) return ctx.Err("unknown dtype id " + std::to_string(int(fe.dtype())));
+  e.dtype = *dtype;
+  if (!fe.shape()) return ctx.Err("tensor entry has no shape");
+  e.shape = ToVec(fe.shape());
+  if (fe.pieces()) {
+    for (const fb::Piece* fp : *fe.pieces()) {
+      PieceRecord p;
+      p.rank = fp->rank();
+      CKFMT_ASSIGN_OR_RETURN(p.region, ParseRegion(ctx, fp->region_type(), fp->region()));
+      if (fp->chunks()) {
+        for (const fb::Chunk* fc : *fp->chunks()) {
+          p.chunks.push_back({fc->offset(), fc->stored_size(), fc->raw_size(), fc->checksum(),
+                              static_cast<uint8_t>(fc->codec())});
+        }
+      }
+      e.pieces.push_back(std::move(p));
+    }
+  }
+  if (fe.saved_layout()) {
+    for (const fb::Shard* fs : *fe.saved_layout()) {
+      ShardRecord s;
+      s.rank = fs->rank();
+      CKFMT_ASSIGN_OR_RETURN(s.region, ParseRegion(ctx, fs->region_type(), fs->region()));
+      e.saved_layout.push_back(std::move(s));
+    }
+  }
+  return e;
+}
+
+}  // namespace
+
+Result<IndexRecord> ParseIndex(const uint8_t* data, size_t size, uint64_t data_begin,
+                               uint64_t data_end, const std::string& file) {
+  if (size < 8 || !flatbuffers::BufferHasIdentifier(data, fb::IndexIdentifier())) {
+    return Status::Corruption(file + ": index lacks the \"CKIX\" identifier");
+  }
+  // Depth and table limits are generous for real checkpoints (millions of
+  // chunks) but bound a hostile file's verification cost.
+  flatbuffers::Verifier verifier(data, size, /*max_depth=*/16, /*max_tables=*/1u << 28);
+  if (!fb::VerifyIndexBuffer(verifier)) {
+    return Status::Corruption(file + ": index fails FlatBuffers verification");
+  }
+  const fb::Index* fi = fb::GetIndex(data);
+  IndexRecord index;
+  if (fi->writer_name()) index.writer_name = fi->writer_name()->str();
+  if (fi->writer_version()) index.writer_version = fi->writer_version()->str();
+  index.world_size = fi->world_size();
+  if (fi->save_mode()) index.save_mode = fi->save_mode()->str();
+  if (fi->metadata()) {
+    for (const fb::KeyValue* kv : *fi->metadata()) {
+      index.metadata.emplace_back(kv->key()->str(), kv->value()->str());
+    }
+  }
+  if (fi->entries()) {
+    Ctx ctx{file};
+    index.entries.reserve(fi->entries()->size());
+    for (const fb::Entry* fe : *fi->entries()) {
+      CKFMT_ASSIGN_OR_RETURN(EntryRecord e, ParseEntry(ctx, *fe));
+      index.entries.push_back(std::move(e));
+      ++ctx.entry;
+    }
+  }
+  CKFMT_RETURN_IF_ERROR(ValidateIndex(index, data_begin, data_end, file));
+  return index;
+}
+
+}  // namespace ckfmt

@@ -1,0 +1,208 @@
+// Semantic checks of an index model (spec/FORMAT.md §6).
+#include <algorithm>
+#include <map>
+
+#include "ckfmt/file_layout.h"
+#include "ckfmt/index.h"
+
+namespace ckfmt {
+
+std::string_view EntryKindName(EntryKind k) {
+  switch (k) {
+    case EntryKind::kTensor: return "tensor";
+    case EntryKind::kBytes: return "bytes";
+    case EntryKind::kInt: return "int";
+    case EntryKind::kFloat: return "float";
+    case EntryKind::kBool: return "bool";
+    case EntryKind::kString: return "string";
+    case EntryKind::kNone: return "none";
+    case EntryKind::kDict: return "dict";
+    case EntryKind::kList: return "list";
+  }
+  return "unknown";
+}
+
+uint64_t EntryRecord::ByteSize() const {
+  uint64_t n = 1;
+  for (uint64_t d : shape) n *= d;
+  return n * DTypeSize(dtype);
+}
+
+uint64_t EntryRecord::StoredSize() const {
+  uint64_t n = 0;
+  for (const auto& p : pieces) {
+    for (const auto& c : p.chunks) n += c.stored_size;
+  }
+  return n;
+}
+
+namespace {
+
+bool BoxesIntersect(const Region& a, const Region& b) {
+  for (size_t d = 0; d < a.offsets.size(); ++d) {
+    if (a.offsets[d] + a.lengths[d] <= b.offsets[d] || b.offsets[d] + b.lengths[d] <= a.offsets[d]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Status Overlap(const EntryRecord& e, const Region& a, const Region& b) {
+  return Status::Corruption("pieces " + a.ToString() + " and " + b.ToString() + " of " +
+                            FormatKeyPath(e.path) + " overlap");
+}
+
+}  // namespace
+
+Status CheckCoverage(const EntryRecord& e) {
+  uint64_t total = 1, covered = 0;
+  for (uint64_t d : e.shape) total *= d;
+  std::vector<const Region*> flats, boxes;
+  for (const auto& p : e.pieces) {
+    uint64_t n = p.region.NumElements();
+    if (n == 0) continue;
+    if (n > total - std::min(covered, total)) {
+      return Status::Corruption(FormatKeyPath(e.path) + ": pieces hold more elements than the "
+                                "tensor's " + std::to_string(total));
+    }
+    covered += n;
+    (p.region.kind == Region::Kind::kFlat ? flats : boxes).push_back(&p.region);
+  }
+  if (!e.partial && covered != total) {
+    return Status::Corruption(FormatKeyPath(e.path) + ": pieces cover " + std::to_string(covered) +
+                              " of " + std::to_string(total) +
+                              " elements and the entry is not marked partial");
+  }
+  // Disjointness. Flat ranges: sort and sweep. Boxes: sweep on dim 0 (0-d
+  // boxes hold one element, so two of them overlap).
+  std::sort(flats.begin(), flats.end(), [](auto* a, auto* b) { return a->start < b->start; });
+  for (size_t i = 1; i < flats.size(); ++i) {
+    if (flats[i - 1]->start + flats[i - 1]->length > flats[i]->start) {
+      return Overlap(e, *flats[i - 1], *flats[i]);
+    }
+  }
+  if (!e.shape.empty()) {
+    std::sort(boxes.begin(), boxes.end(),
+              [](auto* a, auto* b) { return a->offsets[0] < b->offsets[0]; });
+  }
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    for (size_t j = i + 1; j < boxes.size(); ++j) {
+      if (!e.shape.empty() && boxes[j]->offsets[0] >= boxes[i]->offsets[0] + boxes[i]->lengths[0]) {
+        break;
+      }
+      if (BoxesIntersect(*boxes[i], *boxes[j])) return Overlap(e, *boxes[i], *boxes[j]);
+    }
+  }
+  for (const Region* f : flats) {
+    for (const Region* b : boxes) {
+      if (OverlapElements(e.shape, *f, *b) != 0) return Overlap(e, *f, *b);
+    }
+  }
+  return Status::OK();
+}
+
+namespace {
+
+struct Node {
+  EntryKind kind;
+  uint64_t next_child = 0;  // lists: the index the next child must have
+};
+
+Status CheckData(const EntryRecord& e, const std::string& where, uint64_t data_begin,
+                 uint64_t data_end, std::vector<std::pair<uint64_t, uint64_t>>& extents) {
+  auto err = [&](const std::string& m) { return Status::Corruption(where + ": " + m); };
+  if (e.kind == EntryKind::kBytes && (e.dtype != DType::kU8 || e.shape.size() != 1)) {
+    return err("bytes entry must be a 1-d uint8 array");
+  }
+  auto numel = NumElements(e.shape);
+  if (!numel.ok()) return err(numel.status().message());
+  const uint64_t esize = DTypeSize(e.dtype);
+  if (!CheckedBytes(*numel, esize).ok()) return err("tensor byte size overflows 64 bits");
+  for (const auto& p : e.pieces) {
+    if (Status s = ValidateRegion(p.region, e.shape); !s.ok()) return err(s.message());
+    uint64_t want = p.region.NumElements() * esize, have = 0;
+    for (const auto& c : p.chunks) {
+      std::string chunk = "chunk at offset " + std::to_string(c.offset);
+      if (c.raw_size == 0 || c.raw_size % esize != 0 || c.raw_size > kMaxChunkRawSize) {
+        return err(chunk + " has raw size " + std::to_string(c.raw_size) +
+                   "; expected a positive multiple of " + std::to_string(esize) + " up to " +
+                   std::to_string(kMaxChunkRawSize));
+      }
+      if (c.stored_size == 0 || (c.codec == uint8_t(Codec::kNone) && c.stored_size != c.raw_size)) {
+        return err(chunk + " has stored size " + std::to_string(c.stored_size) +
+                   " for raw size " + std::to_string(c.raw_size));
+      }
+      if (!IsAligned(c.offset) || c.offset < data_begin || c.offset > data_end ||
+          c.stored_size > data_end - c.offset) {
+        return err(chunk + " (+" + std::to_string(c.stored_size) +
+                   ") is unaligned or outside the data region [" + std::to_string(data_begin) +
+                   ", " + std::to_string(data_end) + ")");
+      }
+      if (c.raw_size > want - have) {
+        return err("chunks hold more than the piece's " + std::to_string(want) + " bytes");
+      }
+      have += c.raw_size;
+      extents.emplace_back(c.offset, c.stored_size);
+    }
+    if (have != want) {
+      return err("chunks of piece " + p.region.ToString() + " hold " + std::to_string(have) +
+                 " bytes; expected " + std::to_string(want));
+    }
+  }
+  for (const auto& s : e.saved_layout) {
+    if (Status st = ValidateRegion(s.region, e.shape); !st.ok()) {
+      return err("saved layout: " + st.message());
+    }
+  }
+  if (Status s = CheckCoverage(e); !s.ok()) return Status::Corruption(where + ": " + s.message());
+  return Status::OK();
+}
+
+}  // namespace
+
+Status ValidateIndex(const IndexRecord& index, uint64_t data_begin, uint64_t data_end,
+                     const std::string& file) {
+  std::map<KeyPath, Node> nodes;
+  nodes.emplace(KeyPath{}, Node{EntryKind::kDict});
+  std::vector<std::pair<uint64_t, uint64_t>> extents;
+  for (size_t i = 0; i < index.entries.size(); ++i) {
+    const EntryRecord& e = index.entries[i];
+    std::string where = file + ": index entry " + std::to_string(i) + " (" +
+                        FormatKeyPath(e.path) + ")";
+    if (e.path.empty()) return Status::Corruption(where + ": empty key path");
+    KeyPath parent(e.path.begin(), e.path.end() - 1);
+    auto it = nodes.find(parent);
+    if (it == nodes.end() || (it->second.kind != EntryKind::kDict &&
+                              it->second.kind != EntryKind::kList)) {
+      return Status::Corruption(where + ": its parent is not an earlier dict or list entry");
+    }
+    const PathComponent& last = e.path.back();
+    if (it->second.kind == EntryKind::kDict) {
+      if (!std::holds_alternative<std::string>(last)) {
+        return Status::Corruption(where + ": a list index inside a dict");
+      }
+    } else {
+      const uint64_t* idx = std::get_if<uint64_t>(&last);
+      if (!idx || *idx != it->second.next_child) {
+        return Status::Corruption(where + ": list children must be indices in order; expected [" +
+                                  std::to_string(it->second.next_child) + "]");
+      }
+      ++it->second.next_child;
+    }
+    if (!nodes.emplace(e.path, Node{e.kind}).second) {
+      return Status::Corruption(where + ": duplicate key path");
+    }
+    if (e.HasData()) CKFMT_RETURN_IF_ERROR(CheckData(e, where, data_begin, data_end, extents));
+  }
+  std::sort(extents.begin(), extents.end());
+  for (size_t i = 1; i < extents.size(); ++i) {
+    if (extents[i - 1].first + extents[i - 1].second > extents[i].first) {
+      return Status::Corruption(file + ": chunks at offsets " +
+                                std::to_string(extents[i - 1].first) + " and " +
+                                std::to_string(extents[i].first) + " overlap");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace ckfmt

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what ckfmt needs to build and test (idempotent), then configures
+# and builds it in ./build. Both README quick-start commands call this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(cmake g++ ninja-build pkg-config
+          liburing-dev libzstd-dev libxxhash-dev
+          libflatbuffers-dev flatbuffers-compiler
+          libgtest-dev libbenchmark-dev
+          libcli11-dev nlohmann-json3-dev libfmt-dev
+          libopenmpi-dev openmpi-bin)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" >/dev/null
+cmake --build build -j "$(nproc)"
