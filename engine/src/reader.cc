@@ -15,10 +15,11 @@ Status CheckpointReader::Impl::Open(const std::string& path) {
   }
   AlignedBuffer block(kAlignment);
   CKFMT_RETURN_IF_ERROR(file.ReadAt(0, block.data(), kAlignment));
-  CKFMT_RETURN_IF_ERROR(DecodeHeader(block.data(), path).status());
+  CKFMT_ASSIGN_OR_RETURN(FileHeader header, DecodeHeader(block.data(), path));
   CKFMT_RETURN_IF_ERROR(file.ReadAt(file_size - kAlignment, block.data(), kAlignment));
   CKFMT_ASSIGN_OR_RETURN(footer,
                          DecodeFooter(block.data() + kAlignment - kFooterSize, file_size, path));
+  CKFMT_RETURN_IF_ERROR(CheckVersionsAgree(header, footer, path));
   AlignedBuffer raw(AlignUp(footer.index_length));
   CKFMT_RETURN_IF_ERROR(file.ReadAt(footer.index_offset, raw.data(), AlignUp(footer.index_length)));
   uint64_t sum = Checksum(raw.data(), footer.index_length);

@@ -214,9 +214,11 @@ Status Verifier::Run() {
   const std::string& path = file_.path();
   const uint64_t size = report_.file_size;
   AlignedBuffer block(kAlignment);
+  Result<FileHeader> header = Status::Corruption(path + ": no header");
   if (size >= kHeaderSize) {
     CKFMT_RETURN_IF_ERROR(file_.ReadAt(0, block.data(), kAlignment));
-    if (auto h = DecodeHeader(block.data(), path); !h.ok()) Problem(h.status(), "header");
+    header = DecodeHeader(block.data(), path);
+    if (!header.ok()) Problem(header.status(), "header");
   }
   if (size < kHeaderSize + kAlignment || !IsAligned(size)) {
     Problem(StatusCode::kCorruption, "file", path + ": file size " + std::to_string(size) +
@@ -229,6 +231,9 @@ Status Verifier::Run() {
   if (!footer.ok()) {
     Problem(footer.status(), "footer");
     return Status::OK();
+  }
+  if (header.ok()) {
+    if (Status s = CheckVersionsAgree(*header, *footer, path); !s.ok()) Problem(s, "header");
   }
   // The index, and the zeros between it and the footer.
   uint64_t index_end = footer->index_offset + footer->index_length;

@@ -41,9 +41,10 @@ class CheckpointWriter::Impl {
   Status Guard(Status s);
   Result<EntryRecord*> NewEntry(const KeyPath& path, EntryKind kind);
   // Streams `size` bytes as chunks of `chunk_raw` bytes into `piece`.
-  Status WriteChunks(const uint8_t* data, uint64_t size, uint64_t chunk_raw, PieceRecord* piece);
+  Status WriteChunks(const uint8_t* data, uint64_t size, uint64_t chunk_raw, size_t element_size,
+                     PieceRecord* piece);
   Status WriteBatch(const uint8_t* data, const std::vector<std::pair<uint64_t, uint64_t>>& batch,
-                    PieceRecord* piece);
+                    size_t element_size, PieceRecord* piece);
 
   std::string path_, tmp_path_;
   SaveOptions opts_;
@@ -156,7 +157,8 @@ Status CheckpointWriter::Impl::AddBytes(const KeyPath& path, const std::string& 
   size_t pos = entry_pos_[path];
   PieceRecord piece{0, Region::Whole(e->shape), {}};
   CKFMT_RETURN_IF_ERROR(Guard(WriteChunks(static_cast<const uint8_t*>(data), size,
-                                          opts_.chunk_size, &piece)));
+                                          std::min(opts_.chunk_size, kMaxChunkRawSize), 1,
+                                          &piece)));
   index_.entries[pos].pieces.push_back(std::move(piece));
   return Status::OK();
 }
@@ -191,7 +193,8 @@ Status CheckpointWriter::Impl::AddTensorPiece(const KeyPath& path, DType dtype, 
   uint64_t chunk_raw = std::max<uint64_t>(esize, std::min(opts_.chunk_size, kMaxChunkRawSize) / esize * esize);
   PieceRecord piece{rank, region, {}};
   CKFMT_RETURN_IF_ERROR(Guard(WriteChunks(static_cast<const uint8_t*>(data),
-                                          region.NumElements() * esize, chunk_raw, &piece)));
+                                          region.NumElements() * esize, chunk_raw, esize,
+                                          &piece)));
   index_.entries[pos].pieces.push_back(std::move(piece));
   return Status::OK();
 }
@@ -206,14 +209,14 @@ Result<EntryRecord*> CheckpointWriter::Impl::FindTensor(const KeyPath& path) {
 }
 
 Status CheckpointWriter::Impl::WriteChunks(const uint8_t* data, uint64_t size, uint64_t chunk_raw,
-                                           PieceRecord* piece) {
+                                           size_t element_size, PieceRecord* piece) {
   std::vector<std::pair<uint64_t, uint64_t>> batch;  // (offset in data, raw size)
   for (uint64_t off = 0; off < size;) {
     uint64_t n = std::min(chunk_raw, size - off);
     batch.emplace_back(off, n);
     off += n;
     if (batch.size() == batch_max_ || off == size) {
-      CKFMT_RETURN_IF_ERROR(WriteBatch(data, batch, piece));
+      CKFMT_RETURN_IF_ERROR(WriteBatch(data, batch, element_size, piece));
       batch.clear();
     }
   }
@@ -224,11 +227,14 @@ Status CheckpointWriter::Impl::WriteChunks(const uint8_t* data, uint64_t size, u
 // are being written, then hands the filled slots to the I/O backend.
 Status CheckpointWriter::Impl::WriteBatch(const uint8_t* data,
                                           const std::vector<std::pair<uint64_t, uint64_t>>& batch,
-                                          PieceRecord* piece) {
+                                          size_t element_size, PieceRecord* piece) {
   const size_t n = batch.size();
+  // Byte planes of 1-byte elements are the bytes themselves.
+  const Codec codec = opts_.codec == Codec::kBytePlaneZstd && element_size == 1 ? Codec::kZstd
+                                                                                : opts_.codec;
   std::vector<ChunkRecord> recs(n);
   std::vector<Status> errors(n);
-  if (opts_.codec == Codec::kNone) {
+  if (codec == Codec::kNone) {
     // Sizes are known: reserve every chunk's place first, then copy and
     // checksum all of them in parallel.
     std::vector<uint8_t*> dst(n);
@@ -247,8 +253,8 @@ Status CheckpointWriter::Impl::WriteBatch(const uint8_t* data,
     // parallel, then copy into place in order.
     std::vector<size_t> stored(n);
     pool_.ParallelFor(n, [&](size_t i) {
-      auto r = EncodeChunk(opts_.codec, opts_.level, data + batch[i].first, batch[i].second,
-                           scratch_[i].data(), scratch_[i].size());
+      auto r = EncodeChunk(codec, opts_.level, element_size, data + batch[i].first,
+                           batch[i].second, scratch_[i].data(), scratch_[i].size());
       if (!r.ok()) {
         errors[i] = r.status();
         return;
@@ -266,7 +272,7 @@ Status CheckpointWriter::Impl::WriteBatch(const uint8_t* data,
       std::memcpy(space.data, src, len);
       if (raw) recs[i].checksum = Checksum(space.data, len);
       recs[i] = {space.file_offset, len, batch[i].second, recs[i].checksum,
-                 uint8_t(raw ? Codec::kNone : opts_.codec)};
+                 uint8_t(raw ? Codec::kNone : codec)};
       out_->Commit(len);
     }
   }

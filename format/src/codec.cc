@@ -2,27 +2,44 @@
 
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
 namespace ckfmt {
 
-bool IsKnownCodec(uint8_t id) { return id <= static_cast<uint8_t>(Codec::kZstd); }
+bool IsKnownCodec(uint8_t id) { return id <= static_cast<uint8_t>(Codec::kBytePlaneZstd); }
 
 std::string_view CodecName(uint8_t id) {
   switch (id) {
     case 0: return "none";
     case 1: return "zstd";
+    case 2: return "byteplane-zstd";
     default: return "unknown";
   }
 }
 
-size_t MaxEncodedSize(Codec codec, size_t raw_size) {
-  return codec == Codec::kZstd ? ZSTD_compressBound(raw_size) : raw_size;
+Result<Codec> CodecFromName(std::string_view name) {
+  for (uint8_t id = 0; IsKnownCodec(id); ++id) {
+    if (CodecName(id) == name) return static_cast<Codec>(id);
+  }
+  return Status::InvalidArgument("unknown codec \"" + std::string(name) +
+                                 "\" (known: none, zstd, byteplane-zstd)");
 }
 
-Result<size_t> EncodeChunk(Codec codec, int level, const void* raw, size_t raw_size, void* out,
-                           size_t out_cap) {
+size_t MaxEncodedSize(Codec codec, size_t raw_size) {
+  switch (codec) {
+    case Codec::kNone: return raw_size;
+    case Codec::kZstd: return ZSTD_compressBound(raw_size);
+    // The writer falls back to plain zstd for 1-byte elements.
+    case Codec::kBytePlaneZstd:
+      return std::max(MaxBytePlaneSize(raw_size), ZSTD_compressBound(raw_size));
+  }
+  return raw_size;
+}
+
+Result<size_t> EncodeChunk(Codec codec, int level, size_t element_size, const void* raw,
+                           size_t raw_size, void* out, size_t out_cap) {
   switch (codec) {
     case Codec::kNone:
       if (out_cap < raw_size) return Status::Internal("EncodeChunk: output too small");
@@ -38,6 +55,9 @@ Result<size_t> EncodeChunk(Codec codec, int level, const void* raw, size_t raw_s
       }
       return n;
     }
+    case Codec::kBytePlaneZstd:
+      return EncodeBytePlanes(level, element_size, static_cast<const uint8_t*>(raw), raw_size,
+                              static_cast<uint8_t*>(out), out_cap);
   }
   return Status::InvalidArgument("unknown codec " + std::to_string(int(codec)));
 }
@@ -65,9 +85,13 @@ Status DecodeChunk(uint8_t codec, const void* stored, size_t stored_size, void* 
       }
       return Status::OK();
     }
+    case 2:
+      return DecodeBytePlanes(static_cast<const uint8_t*>(stored), stored_size,
+                              static_cast<uint8_t*>(out), raw_size);
     default:
       return Status::Unsupported("chunk codec id " + std::to_string(codec) +
-                                 " is unknown to this reader (known: 0 none, 1 zstd)");
+                                 " is unknown to this reader (known: 0 none, 1 zstd, "
+                                 "2 byteplane-zstd)");
   }
 }
 

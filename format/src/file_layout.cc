@@ -122,10 +122,19 @@ Result<FileFooter> DecodeFooter(const uint8_t in[kFooterSize], uint64_t file_siz
   if (AlignUp(f.index_offset + f.index_length + kFooterSize) != file_size) {
     return Status::Corruption(file + ": " + std::to_string(file_size - f.index_offset -
                                                            f.index_length - kFooterSize) +
-                              " bytes between index and footer; expected the index to end in "
-                              "the file's last 4096-byte block");
+                              " bytes between index and footer; expected fewer than 4096 (the "
+                              "footer ends the first aligned block after the index)");
   }
   return f;
+}
+
+Status CheckVersionsAgree(const FileHeader& h, const FileFooter& f, const std::string& file) {
+  if (h.major != f.major || h.minor != f.minor) {
+    return Status::Corruption(file + ": header says version " + std::to_string(h.major) + "." +
+                              std::to_string(h.minor) + ", footer says " +
+                              std::to_string(f.major) + "." + std::to_string(f.minor));
+  }
+  return Status::OK();
 }
 
 }  // namespace ckfmt

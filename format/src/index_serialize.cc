@@ -64,7 +64,13 @@ Offset<fb::Entry> BuildEntry(FlatBufferBuilder& b, const EntryRecord& e) {
   eb.add_path(path_vec);
   eb.add_kind(static_cast<fb::EntryKind>(e.kind));
   if (e.kind == EntryKind::kInt) eb.add_int_value(e.int_value);
-  if (e.kind == EntryKind::kFloat) eb.add_float_value(e.float_value);
+  if (e.kind == EntryKind::kFloat) {
+    // FlatBuffers omits a value equal to the default, and -0.0 == 0.0:
+    // force it so the sign survives.
+    b.ForceDefaults(true);
+    eb.add_float_value(e.float_value);
+    b.ForceDefaults(false);
+  }
   if (e.kind == EntryKind::kBool) eb.add_bool_value(e.bool_value);
   if (e.kind == EntryKind::kString) eb.add_string_value(string_value);
   if (e.kind == EntryKind::kBytes) eb.add_content_type(content_type);

@@ -1,6 +1,6 @@
 // Semantic checks of an index model (spec/FORMAT.md §6).
 #include <algorithm>
-#include <map>
+#include <set>
 
 #include "ckfmt/file_layout.h"
 #include "ckfmt/index.h"
@@ -54,7 +54,18 @@ Status Overlap(const EntryRecord& e, const Region& a, const Region& b) {
 
 }  // namespace
 
-Status CheckCoverage(const EntryRecord& e) {
+Status CheckCoverage(const EntryRecord& e, uint64_t* budget) {
+  uint64_t own_budget = kCoverageBudget;
+  if (!budget) budget = &own_budget;
+  auto charge = [&](uint64_t units) {
+    if (*budget < units) {
+      return Status::Unsupported(FormatKeyPath(e.path) + ": checking that " +
+                                 std::to_string(e.pieces.size()) +
+                                 " pieces do not overlap exceeds the reader's work limit");
+    }
+    *budget -= units;
+    return Status::OK();
+  };
   uint64_t total = 1, covered = 0;
   for (uint64_t d : e.shape) total *= d;
   std::vector<const Region*> flats, boxes;
@@ -90,11 +101,13 @@ Status CheckCoverage(const EntryRecord& e) {
       if (!e.shape.empty() && boxes[j]->offsets[0] >= boxes[i]->offsets[0] + boxes[i]->lengths[0]) {
         break;
       }
+      CKFMT_RETURN_IF_ERROR(charge(1));
       if (BoxesIntersect(*boxes[i], *boxes[j])) return Overlap(e, *boxes[i], *boxes[j]);
     }
   }
   for (const Region* f : flats) {
     for (const Region* b : boxes) {
+      CKFMT_RETURN_IF_ERROR(charge(64 * (e.shape.size() + 1)));
       if (OverlapElements(e.shape, *f, *b) != 0) return Overlap(e, *f, *b);
     }
   }
@@ -103,13 +116,18 @@ Status CheckCoverage(const EntryRecord& e) {
 
 namespace {
 
-struct Node {
+// A container whose children may still follow (pre-order keeps them
+// contiguous, so only the containers on the path to the last entry are open).
+struct OpenContainer {
+  KeyPath path;
   EntryKind kind;
-  uint64_t next_child = 0;  // lists: the index the next child must have
+  uint64_t next_child = 0;             // lists: the index the next child must have
+  std::set<std::string> keys;          // dicts: keys seen so far
 };
 
 Status CheckData(const EntryRecord& e, const std::string& where, uint64_t data_begin,
-                 uint64_t data_end, std::vector<std::pair<uint64_t, uint64_t>>& extents) {
+                 uint64_t data_end, uint32_t world_size, uint64_t* budget,
+                 std::vector<std::pair<uint64_t, uint64_t>>& extents) {
   auto err = [&](const std::string& m) { return Status::Corruption(where + ": " + m); };
   if (e.kind == EntryKind::kBytes && (e.dtype != DType::kU8 || e.shape.size() != 1)) {
     return err("bytes entry must be a 1-d uint8 array");
@@ -119,6 +137,10 @@ Status CheckData(const EntryRecord& e, const std::string& where, uint64_t data_b
   const uint64_t esize = DTypeSize(e.dtype);
   if (!CheckedBytes(*numel, esize).ok()) return err("tensor byte size overflows 64 bits");
   for (const auto& p : e.pieces) {
+    if (p.rank >= world_size) {
+      return err("piece from rank " + std::to_string(p.rank) + " but the world size is " +
+                 std::to_string(world_size));
+    }
     if (Status s = ValidateRegion(p.region, e.shape); !s.ok()) return err(s.message());
     uint64_t want = p.region.NumElements() * esize, have = 0;
     for (const auto& c : p.chunks) {
@@ -150,11 +172,15 @@ Status CheckData(const EntryRecord& e, const std::string& where, uint64_t data_b
     }
   }
   for (const auto& s : e.saved_layout) {
+    if (s.rank >= world_size) {
+      return err("saved layout names rank " + std::to_string(s.rank) + " but the world size is " +
+                 std::to_string(world_size));
+    }
     if (Status st = ValidateRegion(s.region, e.shape); !st.ok()) {
       return err("saved layout: " + st.message());
     }
   }
-  if (Status s = CheckCoverage(e); !s.ok()) return Status::Corruption(where + ": " + s.message());
+  if (Status s = CheckCoverage(e, budget); !s.ok()) return Status(s.code(), where + ": " + s.message());
   return Status::OK();
 }
 
@@ -162,37 +188,47 @@ Status CheckData(const EntryRecord& e, const std::string& where, uint64_t data_b
 
 Status ValidateIndex(const IndexRecord& index, uint64_t data_begin, uint64_t data_end,
                      const std::string& file) {
-  std::map<KeyPath, Node> nodes;
-  nodes.emplace(KeyPath{}, Node{EntryKind::kDict});
+  if (index.world_size == 0) return Status::Corruption(file + ": index world_size is 0");
+  std::set<std::string> meta_keys;
+  for (const auto& [k, v] : index.metadata) {
+    if (!meta_keys.insert(k).second) {
+      return Status::Corruption(file + ": user metadata key \"" + k + "\" appears twice");
+    }
+  }
+  std::vector<OpenContainer> open;
+  open.push_back({KeyPath{}, EntryKind::kDict, 0, {}});
   std::vector<std::pair<uint64_t, uint64_t>> extents;
+  uint64_t budget = kCoverageBudget;
   for (size_t i = 0; i < index.entries.size(); ++i) {
     const EntryRecord& e = index.entries[i];
     std::string where = file + ": index entry " + std::to_string(i) + " (" +
                         FormatKeyPath(e.path) + ")";
     if (e.path.empty()) return Status::Corruption(where + ": empty key path");
     KeyPath parent(e.path.begin(), e.path.end() - 1);
-    auto it = nodes.find(parent);
-    if (it == nodes.end() || (it->second.kind != EntryKind::kDict &&
-                              it->second.kind != EntryKind::kList)) {
-      return Status::Corruption(where + ": its parent is not an earlier dict or list entry");
+    while (!open.empty() && open.back().path != parent) open.pop_back();
+    if (open.empty()) {
+      return Status::Corruption(where + ": entries are not in pre-order, or its parent is not "
+                                "a dict or list entry");
     }
+    OpenContainer& top = open.back();
     const PathComponent& last = e.path.back();
-    if (it->second.kind == EntryKind::kDict) {
-      if (!std::holds_alternative<std::string>(last)) {
-        return Status::Corruption(where + ": a list index inside a dict");
-      }
+    if (top.kind == EntryKind::kDict) {
+      const std::string* key = std::get_if<std::string>(&last);
+      if (!key) return Status::Corruption(where + ": a list index inside a dict");
+      if (!top.keys.insert(*key).second) return Status::Corruption(where + ": duplicate key path");
     } else {
       const uint64_t* idx = std::get_if<uint64_t>(&last);
-      if (!idx || *idx != it->second.next_child) {
+      if (!idx || *idx != top.next_child) {
         return Status::Corruption(where + ": list children must be indices in order; expected [" +
-                                  std::to_string(it->second.next_child) + "]");
+                                  std::to_string(top.next_child) + "]");
       }
-      ++it->second.next_child;
+      ++top.next_child;
     }
-    if (!nodes.emplace(e.path, Node{e.kind}).second) {
-      return Status::Corruption(where + ": duplicate key path");
+    if (e.IsContainer()) open.push_back({e.path, e.kind, 0, {}});
+    if (e.HasData()) {
+      CKFMT_RETURN_IF_ERROR(
+          CheckData(e, where, data_begin, data_end, index.world_size, &budget, extents));
     }
-    if (e.HasData()) CKFMT_RETURN_IF_ERROR(CheckData(e, where, data_begin, data_end, extents));
   }
   std::sort(extents.begin(), extents.end());
   for (size_t i = 1; i < extents.size(); ++i) {

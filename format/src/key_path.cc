@@ -11,7 +11,7 @@ std::string FormatKeyPath(const KeyPath& path) {
     if (i) out += '/';
     if (const auto* key = std::get_if<std::string>(&path[i])) {
       for (char c : *key) {
-        if (c == '/' || c == '\\') out += '\\';
+        if (c == '/' || c == '\\' || c == '[') out += '\\';
         out += c;
       }
     } else {
@@ -44,7 +44,8 @@ bool HasPrefix(const KeyPath& path, const KeyPath& prefix) {
 
 namespace {
 bool IsIndexComponent(const std::string& s) {
-  if (s.size() < 3 || s.front() != '[' || s.back() != ']') return false;
+  // At most 19 digits: always fits in 64 bits.
+  if (s.size() < 3 || s.size() > 21 || s.front() != '[' || s.back() != ']') return false;
   for (size_t i = 1; i + 1 < s.size(); ++i) {
     if (!std::isdigit(static_cast<unsigned char>(s[i]))) return false;
   }

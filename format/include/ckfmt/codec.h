@@ -13,22 +13,35 @@ namespace ckfmt {
 enum class Codec : uint8_t {
   kNone = 0,
   kZstd = 1,
+  // Bytes of each element grouped into planes by significance, each plane
+  // zstd-coded or stored raw (spec/FORMAT.md §5.3).
+  kBytePlaneZstd = 2,
 };
 
 bool IsKnownCodec(uint8_t id);
 std::string_view CodecName(uint8_t id);
+// The codec named "none", "zstd" or "byteplane-zstd".
+Result<Codec> CodecFromName(std::string_view name);
 
 // Upper bound of EncodeChunk's output for `raw_size` input bytes.
 size_t MaxEncodedSize(Codec codec, size_t raw_size);
 
 // Encodes `raw` into `out` (capacity `out_cap` >= MaxEncodedSize); returns the
-// stored size. `level` applies to zstd.
-Result<size_t> EncodeChunk(Codec codec, int level, const void* raw, size_t raw_size, void* out,
-                           size_t out_cap);
+// stored size. `level` applies to zstd; `element_size` to byte planes.
+// REQUIRES: raw_size % element_size == 0.
+Result<size_t> EncodeChunk(Codec codec, int level, size_t element_size, const void* raw,
+                           size_t raw_size, void* out, size_t out_cap);
 
 // Decodes exactly `raw_size` bytes into `out`. Any other outcome - an
 // unknown codec, malformed input, a different decoded size - is an error.
 Status DecodeChunk(uint8_t codec, const void* stored, size_t stored_size, void* out,
                    size_t raw_size);
+
+// The byte-plane codec's halves (codec_byteplane.cc).
+Result<size_t> EncodeBytePlanes(int level, size_t element_size, const uint8_t* raw,
+                                size_t raw_size, uint8_t* out, size_t out_cap);
+Status DecodeBytePlanes(const uint8_t* stored, size_t stored_size, uint8_t* out,
+                        size_t raw_size);
+size_t MaxBytePlaneSize(size_t raw_size);
 
 }  // namespace ckfmt

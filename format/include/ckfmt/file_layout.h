@@ -26,7 +26,7 @@ inline constexpr std::array<uint8_t, 8> kHeaderMagic = {0x89, 'C', 'K', 'F', '\r
 inline constexpr std::array<uint8_t, 8> kFooterMagic = {0x89, 'C', 'K', 'F', 'E', 'N', 'D', '\n'};
 
 // Upper bounds a reader enforces before allocating anything.
-inline constexpr uint64_t kMaxIndexSize = 1ull << 31;      // FlatBuffers' own limit
+inline constexpr uint64_t kMaxIndexSize = (1ull << 31) - 2;  // FlatBuffers needs < 2^31-1
 inline constexpr uint64_t kMaxChunkRawSize = 1ull << 30;   // 1 GiB
 
 inline constexpr uint64_t AlignUp(uint64_t n) { return (n + kAlignment - 1) & ~(kAlignment - 1); }
@@ -56,6 +56,10 @@ void EncodeFooter(const FileFooter& f, uint8_t out[kFooterSize]);
 // lies inside [kHeaderSize, file_size - kFooterSize) at an aligned offset.
 Result<FileFooter> DecodeFooter(const uint8_t in[kFooterSize], uint64_t file_size,
                                 const std::string& file);
+
+// The header and the footer must name the same version (else a change to
+// the header's version bytes would go unnoticed).
+Status CheckVersionsAgree(const FileHeader& h, const FileFooter& f, const std::string& file);
 
 // Little-endian helpers.
 void PutU16(uint8_t* p, uint16_t v);

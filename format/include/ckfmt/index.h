@@ -94,7 +94,10 @@ Status ValidateIndex(const IndexRecord& index, uint64_t data_begin, uint64_t dat
                      const std::string& file);
 
 // OK if `entry`'s pieces cover every element exactly once (at most once if
-// partial). REQUIRES: regions validated against entry.shape.
-Status CheckCoverage(const EntryRecord& entry);
+// partial). Pairwise region comparisons are charged to `*budget`; a file
+// that needs more is refused (kUnsupported) rather than checked for hours.
+// REQUIRES: regions validated against entry.shape.
+inline constexpr uint64_t kCoverageBudget = 1ull << 26;
+Status CheckCoverage(const EntryRecord& entry, uint64_t* budget = nullptr);
 
 }  // namespace ckfmt

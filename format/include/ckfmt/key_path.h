@@ -15,8 +15,9 @@ namespace ckfmt {
 using PathComponent = std::variant<std::string, uint64_t>;
 using KeyPath = std::vector<PathComponent>;
 
-// Human-readable form for messages: model/layers/0/weight, with '/' and '\'
-// in keys escaped, and list indices written as [3].
+// Human-readable form for messages and CLI filters: model/layers/[0]/weight.
+// List indices are written [3]; '/', '\\' and '[' in keys are escaped with
+// '\\', so a key "[3]" prints as \\[3]. The root prints as <root>.
 std::string FormatKeyPath(const KeyPath& path);
 
 // The dotted name torch state dicts use ("layers.0.weight").
