@@ -89,6 +89,21 @@ double SampleEntropy(const uint8_t* p, size_t n) {
 
 constexpr double kMaxUsefulEntropy = 7.6;  // bits/byte; above this, store raw
 
+// Exponent planes are mostly literals with few long matches: a small hash
+// table and long minimum match make level 1 both faster and tighter there
+// (measured on bf16/fp32 training-state planes).
+size_t CompressPlane(ZSTD_CCtx* cctx, int level, const uint8_t* in, size_t n, uint8_t* out,
+                     size_t cap) {
+  ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+  if (level <= 1) {
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_strategy, ZSTD_fast);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_hashLog, 12);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_minMatch, 7);
+  }
+  return ZSTD_compress2(cctx, out, cap, in, n);
+}
+
 }  // namespace
 
 // A plane is kept zstd-coded only when that is smaller than the raw plane,
@@ -114,7 +129,7 @@ Result<size_t> EncodeBytePlanes(int level, size_t e, const uint8_t* raw, size_t 
     uint8_t mode = 0;
     size_t len = n;
     if (SampleEntropy(plane, n) < kMaxUsefulEntropy) {
-      size_t z = ZSTD_compressCCtx(cctx, out + pos, out_cap - pos, plane, n, level);
+      size_t z = CompressPlane(cctx, level, plane, n, out + pos, out_cap - pos);
       if (!ZSTD_isError(z) && z < n) {
         mode = 1;
         len = z;

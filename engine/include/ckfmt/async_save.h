@@ -1,0 +1,52 @@
+// Asynchronous save: the trainer is blocked only while its state is copied
+// into a snapshot; the write to disk runs on a background thread.
+//
+// The snapshot arena is kept between saves (and pre-faulted when it grows),
+// so steady-state blocked time is one parallel memcpy of the state.
+// Failures of a background save never leave a partial file at the final
+// name (the commit protocol of writer.h) and surface at the next call to
+// SaveAsync() or Wait().
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ckfmt/writer.h"
+
+namespace ckfmt {
+
+struct AsyncSaverOptions {
+  // What SaveAsync does while an earlier save is still writing: wait for it
+  // (true) or fail at once with kAborted (false).
+  bool wait_if_busy = true;
+  unsigned copy_threads = 0;  // 0: all cores
+};
+
+class AsyncSaver {
+ public:
+  explicit AsyncSaver(AsyncSaverOptions options = {});
+  ~AsyncSaver();  // waits for an in-flight save; its error is logged
+
+  // Snapshots `state_dict` (REQUIRES: a dict of host tensors and objects)
+  // and starts writing it to `path`. Returns once the snapshot is taken:
+  // the caller may then modify its tensors. If the previous background
+  // save failed, returns that error (and starts nothing).
+  Status SaveAsync(const std::string& path, const Value& state_dict,
+                   const SaveOptions& options = {});
+
+  // Waits for the in-flight save (if any) and returns its result; with
+  // nothing in flight, returns the last save's result or an error saying
+  // nothing was saved.
+  Result<WriteStats> Wait();
+
+  bool busy() const;
+  // Seconds the last SaveAsync() blocked its caller (snapshot copy).
+  double last_blocked_seconds() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ckfmt

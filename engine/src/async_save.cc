@@ -1,0 +1,153 @@
+#include "ckfmt/async_save.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "ckfmt/log.h"
+#include "io/file.h"
+#include "thread_pool.h"
+
+namespace ckfmt {
+
+class AsyncSaver::Impl {
+ public:
+  explicit Impl(const AsyncSaverOptions& o) : opts_(o), pool_(o.copy_threads) {}
+  ~Impl() {
+    if (auto r = Join(); !r.ok() && r.status().code() != StatusCode::kNotFound) {
+      Log(LogLevel::kError, "background save failed: " + r.status().ToString());
+    }
+  }
+
+  Status SaveAsync(const std::string& path, const Value& sd, const SaveOptions& options) {
+    auto start = std::chrono::steady_clock::now();
+    if (!sd.is_dict()) return Status::InvalidArgument(path + ": the state dict must be a dict");
+    if (running_) {
+      if (!opts_.wait_if_busy) {
+        return Status::Aborted(path + ": a background save to " + in_flight_path_ +
+                               " is still running");
+      }
+    }
+    // The previous save's failure is reported before anything new starts.
+    if (auto r = Join(); !r.ok() && r.status().code() != StatusCode::kNotFound) {
+      result_ = Status::NotFound("no save has completed since the failure was reported");
+      return r.status().WithContext("previous background save failed");
+    }
+    CKFMT_ASSIGN_OR_RETURN(Value snapshot, Snapshot(sd, path));
+    in_flight_path_ = path;
+    running_ = true;
+    worker_ = std::thread([this, path, options, snap = std::move(snapshot)]() mutable {
+      Result<WriteStats> r = Save(path, snap, options);
+      std::lock_guard<std::mutex> lock(mu_);
+      result_ = std::move(r);
+      running_ = false;
+    });
+    blocked_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return Status::OK();
+  }
+
+  Result<WriteStats> Join() {
+    if (worker_.joinable()) worker_.join();
+    std::lock_guard<std::mutex> lock(mu_);
+    return result_;
+  }
+
+  bool busy() const { return running_; }
+  double blocked() const { return blocked_; }
+
+ private:
+  // Copies every tensor into the arena; the snapshot's tensors view it.
+  Result<Value> Snapshot(const Value& sd, const std::string& path) {
+    struct Item {
+      const Tensor* src;
+      uint64_t offset;
+    };
+    std::vector<Item> items;
+    uint64_t total = 0;
+    Status bad;
+    VisitValues(sd, [&](const KeyPath& p, const Value& v) {
+      if (!v.is_tensor() || !bad.ok()) return;
+      const Tensor& t = v.as_tensor();
+      if (t.device().type != DeviceType::kCPU) {
+        bad = Status::InvalidArgument(path + ": " + FormatKeyPath(p) +
+                                      ": only host tensors can be snapshotted by this build");
+      }
+      items.push_back({&t, total});
+      total += (t.nbytes() + 63) / 64 * 64;
+    });
+    CKFMT_RETURN_IF_ERROR(bad);
+    if (arena_.size() < total) {
+      try {
+        arena_ = AlignedBuffer(total);  // zero-filled: pages faulted in now, not at copy time
+      } catch (const std::bad_alloc&) {
+        return Status::IOError(path + ": cannot allocate a " + std::to_string(total) +
+                               "-byte snapshot");
+      }
+    }
+    // Parallel copy in slices of at most 8 MiB so big tensors split too.
+    constexpr uint64_t kSlice = 8 << 20;
+    std::vector<std::tuple<const uint8_t*, uint8_t*, uint64_t>> slices;
+    for (const Item& it : items) {
+      const auto* src = static_cast<const uint8_t*>(it.src->data());
+      for (uint64_t off = 0; off < it.src->nbytes(); off += kSlice) {
+        slices.emplace_back(src + off, arena_.data() + it.offset + off,
+                            std::min(kSlice, it.src->nbytes() - off));
+      }
+    }
+    pool_.ParallelFor(slices.size(), [&](size_t i) {
+      auto [s, d, n] = slices[i];
+      std::memcpy(d, s, n);
+    });
+    size_t next = 0;
+    return Rebuild(sd, items, next);
+  }
+
+  template <typename Items>
+  Value Rebuild(const Value& v, const Items& items, size_t& next) {
+    switch (v.kind()) {
+      case Value::Kind::kTensor: {
+        const Tensor& t = v.as_tensor();
+        Tensor view = Tensor::View(t.dtype(), t.shape(), arena_.data() + items[next++].offset);
+        if (t.shard()) view.SetShard(*t.shard());
+        return Value(std::move(view));
+      }
+      case Value::Kind::kDict: {
+        Dict d;
+        for (size_t i = 0; i < v.as_dict().size(); ++i) {
+          d.Set(v.as_dict().key(i), Rebuild(v.as_dict().value(i), items, next));
+        }
+        return Value(std::move(d));
+      }
+      case Value::Kind::kList: {
+        List l;
+        for (const Value& c : v.as_list()) l.push_back(Rebuild(c, items, next));
+        return Value(std::move(l));
+      }
+      default:
+        return v;  // scalars and bytes are copied by value
+    }
+  }
+
+  AsyncSaverOptions opts_;
+  ThreadPool pool_;
+  AlignedBuffer arena_;
+  std::thread worker_;
+  std::mutex mu_;
+  Result<WriteStats> result_ = Status::NotFound("no save has been started");
+  std::atomic<bool> running_{false};
+  std::string in_flight_path_;
+  double blocked_ = 0;
+};
+
+AsyncSaver::AsyncSaver(AsyncSaverOptions options) : impl_(std::make_unique<Impl>(options)) {}
+AsyncSaver::~AsyncSaver() = default;
+Status AsyncSaver::SaveAsync(const std::string& path, const Value& sd, const SaveOptions& o) {
+  return impl_->SaveAsync(path, sd, o);
+}
+Result<WriteStats> AsyncSaver::Wait() { return impl_->Join(); }
+bool AsyncSaver::busy() const { return impl_->busy(); }
+double AsyncSaver::last_blocked_seconds() const { return impl_->blocked(); }
+
+}  // namespace ckfmt
