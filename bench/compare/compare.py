@@ -1,0 +1,211 @@
+"""ckfmt against torch.save, torch.distributed.checkpoint and safetensors.
+
+Every system saves and loads the same tensors in the same run. Saves are
+timed to durability (fsync) for all systems; before every load the files'
+pages are dropped from the page cache (posix_fadvise DONTNEED after fsync),
+so loads come from the disk. Loads fill preallocated tensors where the
+system can (ckfmt, DCP, safetensors); torch.load allocates its own.
+Prints medians of --runs runs with min-max, and ckfmt's ratio to each.
+"""
+import argparse
+import ctypes
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+
+import torch
+
+DTYPE_ID = {torch.float64: 1, torch.float32: 2, torch.float16: 3, torch.bfloat16: 4,
+            torch.int64: 7, torch.int32: 8, torch.uint8: 11}
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [("key", ctypes.c_char_p), ("dtype", ctypes.c_uint8), ("ndim", ctypes.c_uint32),
+                ("shape", ctypes.POINTER(ctypes.c_uint64)), ("data", ctypes.c_void_p)]
+
+
+class Ckfmt:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        self.err = ctypes.create_string_buffer(4096)
+
+    def _descs(self, sd):
+        arr = (Tensor * len(sd))()
+        keep = []
+        for i, (k, t) in enumerate(sd.items()):
+            shape = (ctypes.c_uint64 * t.dim())(*t.shape)
+            keep.append(shape)
+            arr[i] = Tensor(k.replace(".", "/").encode(), DTYPE_ID[t.dtype], t.dim(), shape,
+                            t.data_ptr())
+        return arr, keep
+
+    def save(self, path, sd, codec="none"):
+        arr, _keep = self._descs(sd)
+        if self.lib.ckfmt_save_tensors(path.encode(), arr, len(sd), codec.encode(), self.err, 4096):
+            raise RuntimeError(self.err.value.decode())
+
+    def load(self, path, sd, verify=True):
+        arr, _keep = self._descs(sd)
+        if self.lib.ckfmt_load_tensors(path.encode(), arr, len(sd), int(verify), self.err, 4096):
+            raise RuntimeError(self.err.value.decode())
+
+
+def make_state(total_bytes):
+    """bf16 weights ~ N(0, 0.02), fp32 AdamW moments: exp_avg ~ N(0, 1e-3),
+    exp_avg_sq small and positive. 10 bytes per parameter."""
+    g = torch.Generator().manual_seed(0)
+    params = total_bytes // 10
+    shapes, left, i = [], params, 0
+    while left > 0:
+        rows = min(4096, max(1, left // 4096))
+        shapes.append((f"layers.{i // 4}.w{i % 4}", (rows, 4096)))
+        left -= rows * 4096
+        i += 1
+    sd = {}
+    for name, shape in shapes:
+        sd[f"model.{name}"] = (torch.randn(shape, generator=g) * 0.02).to(torch.bfloat16)
+        sd[f"optim.{name}.exp_avg"] = torch.randn(shape, generator=g) * 1e-3
+        sd[f"optim.{name}.exp_avg_sq"] = (torch.randn(shape, generator=g) * 1e-3) ** 2
+    return sd
+
+
+def nbytes(sd):
+    return sum(t.numel() * t.element_size() for t in sd.values())
+
+
+def sync_and_drop(path):
+    paths = [path] if os.path.isfile(path) else [os.path.join(r, f) for r, _, fs in os.walk(path) for f in fs]
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+
+
+def empty_like(sd):
+    return {k: torch.empty_like(t) for k, t in sd.items()}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--raw-tool", default="")
+    ap.add_argument("--dir", default="")
+    ap.add_argument("--size-gib", type=float, default=2.0)
+    ap.add_argument("--runs", type=int, default=5)
+    args = ap.parse_args()
+    torch.set_num_threads(os.cpu_count())
+    import safetensors.torch as st
+    import torch.distributed.checkpoint as dcp
+
+    ck = Ckfmt(args.lib)
+    workdir = tempfile.mkdtemp(prefix="ckfmt-compare-", dir=args.dir or None)
+    sd = make_state(int(args.size_gib * (1 << 30)))
+    size = nbytes(sd)
+    dst = empty_like(sd)
+    print(f"state: {len(sd)} tensors, {size / 2**30:.2f} GiB; dir {workdir}; torch {torch.__version__}")
+
+    def fsync_file(p):
+        fd = os.open(p, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+
+    def torch_save(p):
+        torch.save(sd, p)
+        fsync_file(p)
+
+    def torch_load(p):
+        return torch.load(p, weights_only=True)
+
+    def dcp_save(p):
+        dcp.save(sd, checkpoint_id=p)
+        for r, _, fs in os.walk(p):
+            for f in fs:
+                fsync_file(os.path.join(r, f))
+
+    def dcp_load(p):
+        dcp.load(dst, checkpoint_id=p)
+
+    def sf_save(p):
+        st.save_file(sd, p)
+        fsync_file(p)
+
+    def sf_load(p):
+        from safetensors import safe_open
+        with safe_open(p, framework="pt") as f:
+            for k in f.keys():
+                dst[k].copy_(f.get_tensor(k))
+
+    systems = {
+        "ckfmt": (lambda p: ck.save(p, sd), lambda p: ck.load(p, dst), "a.ckfmt"),
+        "ckfmt-nocheck": (None, lambda p: ck.load(p, dst, verify=False), "a.ckfmt"),
+        "ckfmt-byteplane": (lambda p: ck.save(p, sd, "byteplane-zstd"), lambda p: ck.load(p, dst), "b.ckfmt"),
+        "torch.save": (torch_save, torch_load, "a.pt"),
+        "dcp": (dcp_save, dcp_load, "dcp"),
+        "safetensors": (sf_save, sf_load, "a.safetensors"),
+    }
+    times = {name: {"save": [], "load": []} for name in systems}
+    for run in range(args.runs):
+        for name, (save, load, fname) in systems.items():
+            p = os.path.join(workdir, fname)
+            if save:
+                if os.path.isdir(p):
+                    shutil.rmtree(p)
+                t0 = time.perf_counter()
+                save(p)
+                times[name]["save"].append(time.perf_counter() - t0)
+            sync_and_drop(p)
+            t0 = time.perf_counter()
+            out = load(p)
+            times[name]["load"].append(time.perf_counter() - t0)
+            del out
+            if run == 0 and name.startswith("ckfmt"):
+                bad = [k for k in sd if not torch.equal(sd[k], dst[k])]
+                assert not bad, f"{name}: {len(bad)} tensors differ after load, e.g. {bad[0]}"
+        print(f"run {run + 1}/{args.runs} done", flush=True)
+
+    raw = {}
+    if args.raw_tool and os.access(args.raw_tool, os.X_OK):
+        out = subprocess.run([args.raw_tool, "--raw-only", "--dir", workdir,
+                              "--size-gib", str(min(args.size_gib, 2.0))],
+                             capture_output=True, text=True)
+        for line in out.stdout.splitlines():
+            if line.startswith("RAW "):  # RAW write_gibs=.. read_gibs=..
+                raw = dict(kv.split("=") for kv in line.split()[1:])
+    shutil.rmtree(workdir)
+
+    gib = size / 2**30
+    def stats(ts):
+        r = [gib / t for t in ts]
+        return statistics.median(r), min(r), max(r)
+    print(f"\n{'system':<16} {'save GiB/s (med, min-max)':>28} {'load GiB/s (med, min-max)':>28}")
+    for name in systems:
+        cells = []
+        for op in ("save", "load"):
+            if times[name][op]:
+                m, lo, hi = stats(times[name][op])
+                cells.append(f"{m:7.3f} ({lo:.3f}-{hi:.3f})")
+            else:
+                cells.append("-")
+        print(f"{name:<16} {cells[0]:>28} {cells[1]:>28}")
+    if raw:
+        print(f"{'raw disk':<16} {float(raw['write_gibs']):7.3f}{'':>21} {float(raw['read_gibs']):7.3f}")
+    med = {n: {op: statistics.median(v) for op, v in d.items() if v} for n, d in times.items()}
+    print("\nckfmt speed-up (median time of the other / median time of ckfmt):")
+    for other in ("torch.save", "dcp", "safetensors"):
+        print(f"  vs {other:<12} save {med[other]['save'] / med['ckfmt']['save']:5.2f}x   "
+              f"load {med[other]['load'] / med['ckfmt']['load']:5.2f}x")
+    print(f"  checksum cost on load: {med['ckfmt']['load'] / med['ckfmt-nocheck']['load']:.3f}x")
+    if raw:
+        print(f"  ckfmt save / raw write: {gib / med['ckfmt']['save'] / float(raw['write_gibs']):.3f}; "
+              f"load / raw read: {gib / med['ckfmt']['load'] / float(raw['read_gibs']):.3f}")
+        print(f"  byteplane save (logical) / raw write: "
+              f"{gib / med['ckfmt-byteplane']['save'] / float(raw['write_gibs']):.3f}; "
+              f"load / raw read: {gib / med['ckfmt-byteplane']['load'] / float(raw['read_gibs']):.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Side-by-side: ckfmt vs torch.save / DCP / safetensors on the same tensors,
+# in one run. Makes its own venv (bench/compare/.venv) with torch and
+# safetensors from the Python package index; without them, says so and exits.
+#   bench/compare/run.sh [--dir DIR] [--size-gib 2] [--runs 5]
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$here/../.."
+[ -f "$root/build/engine/libckfmt.so" ] || "$root/scripts/setup.sh"
+venv="$here/.venv"
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+if ! "$venv/bin/python" -c "import torch, safetensors, numpy" 2>/dev/null; then
+  "$venv/bin/pip" install -q torch safetensors numpy || {
+    echo "compare: cannot install torch/safetensors; skipping the side-by-side run"; exit 0; }
+fi
+exec "$venv/bin/python" "$here/compare.py" --lib "$root/build/engine/libckfmt.so" \
+  --raw-tool "$root/build/bench/ckfmt-bench-e2e" "$@"

@@ -1,0 +1,46 @@
+/* A thin C ABI over the engine, for bindings (Python via ctypes, others).
+ *
+ * Tensors are passed as flat descriptors: a key path in the textual form of
+ * spec/FORMAT.md Appendix C ("model/layers/[0]/weight"), a dtype id (the
+ * on-disk ids, spec/FORMAT.md §4), a shape and a pointer to contiguous
+ * row-major host memory that the caller owns.
+ *
+ * Every function returns 0 on success, else a ckfmt StatusCode value, and
+ * then writes a NUL-terminated message into err (at most err_cap bytes).
+ */
+#ifndef CKFMT_C_API_H_
+#define CKFMT_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ckfmt_tensor {
+  const char* key;
+  uint8_t dtype;
+  uint32_t ndim;
+  const uint64_t* shape;
+  void* data;
+} ckfmt_tensor;
+
+/* Saves the tensors (parents are created as dicts) to path atomically.
+ * codec: "none", "zstd" or "byteplane-zstd"; NULL means "none". */
+int ckfmt_save_tensors(const char* path, const ckfmt_tensor* tensors, size_t n,
+                       const char* codec, char* err, size_t err_cap);
+
+/* Loads path into the given tensors in place. Every tensor must exist in the
+ * file with the same dtype and shape; file entries not named are ignored. */
+int ckfmt_load_tensors(const char* path, const ckfmt_tensor* tensors, size_t n,
+                       int verify_checksums, char* err, size_t err_cap);
+
+/* Fully verifies a file (as `ckfmt verify`); returns 0 if valid. */
+int ckfmt_verify(const char* path, char* err, size_t err_cap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CKFMT_C_API_H_ */
