@@ -175,6 +175,9 @@ Status CheckpointWriter::Impl::AddTensorPiece(const KeyPath& path, DType dtype, 
   if (!numel.ok() || !CheckedBytes(*numel, DTypeSize(dtype)).ok()) {
     return Status::InvalidArgument(where + ": tensor size overflows 64 bits");
   }
+  if (!data && region.NumElements() > 0) {
+    return Status::InvalidArgument(where + ": piece " + region.ToString() + " has no data");
+  }
   size_t pos;
   if (auto it = entry_pos_.find(path); it != entry_pos_.end()) {
     const EntryRecord& e = index_.entries[it->second];

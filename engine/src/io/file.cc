@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <libgen.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <vector>
 
 #include "ckfmt/file_layout.h"
 #include "ckfmt/log.h"
@@ -133,6 +135,22 @@ Status File::Close() {
   fd_ = -1;
   if (rc != 0) return Status::FromErrno(errno, "close of " + path_);
   return Status::OK();
+}
+
+double CachedFraction(const File& file, uint64_t size) {
+  if (size == 0) return 0;
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, file.fd(), 0);
+  if (map == MAP_FAILED) return 0;
+  const long page = ::sysconf(_SC_PAGESIZE);
+  std::vector<unsigned char> resident((size + page - 1) / page);
+  double fraction = 0;
+  if (::mincore(map, size, resident.data()) == 0) {
+    size_t in = 0;
+    for (unsigned char r : resident) in += r & 1;
+    fraction = double(in) / double(resident.size());
+  }
+  ::munmap(map, size);
+  return fraction;
 }
 
 std::string TemporaryPathFor(const std::string& path) {

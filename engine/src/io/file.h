@@ -55,6 +55,10 @@ class File {
   std::string path_;
 };
 
+// The fraction of the file's first `size` bytes that sit in the page cache
+// (mmap + mincore); 0 if it cannot be told.
+double CachedFraction(const File& file, uint64_t size);
+
 // "<path>.tmp.<random>" in the same directory.
 std::string TemporaryPathFor(const std::string& path);
 // rename(from, to), then fsync of the directory holding `to` if `sync_dir`.
