@@ -1,0 +1,174 @@
+// The `ckfmt` binary end to end: outputs and exit codes (0 ok, 1 invalid,
+// 2 usage or I/O error).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kVectors = fs::path(CKFMT_SOURCE_DIR) / "spec" / "vectors";
+
+struct CliRun {
+  int rc;
+  std::string out;  // stdout only
+};
+
+std::string Quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Runs `ckfmt ARGS` in `dir` (the current directory if empty), stderr dropped.
+CliRun Ckfmt(const std::string& args, const fs::path& dir = {}) {
+  std::string cmd = (dir.empty() ? "" : "cd " + Quote(dir.string()) + " && ") +
+                    Quote(CKFMT_CLI) + " " + args + " 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return {-1, ""};
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string ReadAll(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ckfmt_cli_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+    good_ = dir_ / "good.ckfmt";
+    fs::copy_file(kVectors / "sharded.ckfmt", good_, fs::copy_options::overwrite_existing);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A copy of good_ with the byte at `offset` changed.
+  fs::path Corrupt(uint64_t offset, const std::string& name) {
+    fs::path p = dir_ / name;
+    std::string bytes = ReadAll(good_);
+    bytes[offset] = static_cast<char>(bytes[offset] ^ 0x5a);
+    std::ofstream(p, std::ios::binary) << bytes;
+    return p;
+  }
+
+  fs::path dir_, good_;
+};
+
+TEST_F(CliTest, UsageAndVersion) {
+  EXPECT_EQ(Ckfmt("").rc, 2);
+  EXPECT_EQ(Ckfmt("frobnicate").rc, 2);
+  EXPECT_EQ(Ckfmt("inspect").rc, 2);
+  EXPECT_EQ(Ckfmt("verify").rc, 2);
+  EXPECT_EQ(Ckfmt("verify --no-such-flag x").rc, 2);
+  EXPECT_EQ(Ckfmt("verify -q -v x").rc, 2);
+  EXPECT_EQ(Ckfmt("verify -q --json x").rc, 2);
+  EXPECT_EQ(Ckfmt("--help").rc, 0);
+  EXPECT_EQ(Ckfmt("inspect --help").rc, 0);
+  CliRun v = Ckfmt("--version");
+  EXPECT_EQ(v.rc, 0);
+  EXPECT_EQ(v.out.rfind("ckfmt ", 0), 0u) << v.out;
+}
+
+TEST_F(CliTest, VerifyExitCodes) {
+  CliRun ok = Ckfmt("verify " + Quote(good_.string()));
+  EXPECT_EQ(ok.rc, 0);
+  EXPECT_EQ(ok.out, "");  // quiet on success
+  CliRun verbose = Ckfmt("verify -v " + Quote(good_.string()));
+  EXPECT_EQ(verbose.rc, 0);
+  EXPECT_NE(verbose.out.find(": OK (10 entries, 13 chunks, "), std::string::npos) << verbose.out;
+
+  fs::path bad = Corrupt(4096 + 10, "bad.ckfmt");
+  CliRun invalid = Ckfmt("verify " + Quote(good_.string()) + " " + Quote(bad.string()));
+  EXPECT_EQ(invalid.rc, 1);
+  EXPECT_NE(invalid.out.find("bad.ckfmt: chunk @ 4096"), std::string::npos) << invalid.out;
+  EXPECT_EQ(invalid.out.find("good.ckfmt"), std::string::npos) << invalid.out;
+  CliRun quiet = Ckfmt("verify -q " + Quote(bad.string()));
+  EXPECT_EQ(quiet.rc, 1);
+  EXPECT_EQ(quiet.out, "");
+
+  const std::string missing = Quote((dir_ / "missing.ckfmt").string());
+  EXPECT_EQ(Ckfmt("verify " + missing).rc, 2);
+  EXPECT_EQ(Ckfmt("verify " + Quote(bad.string()) + " " + missing).rc, 2);
+  EXPECT_EQ(Ckfmt("verify " + Quote(dir_.string())).rc, 2);  // a directory
+}
+
+TEST_F(CliTest, VerifyJson) {
+  fs::path bad = Corrupt(4096 + 10, "bad.ckfmt");
+  CliRun r = Ckfmt("verify --json " + Quote(good_.string()) + " " + Quote(bad.string()) + " " +
+                Quote((dir_ / "missing.ckfmt").string()));
+  EXPECT_EQ(r.rc, 2);
+  auto doc = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(doc["ok"].get<bool>());
+  ASSERT_EQ(doc["files"].size(), 3u);
+  EXPECT_TRUE(doc["files"][0]["ok"].get<bool>());
+  EXPECT_TRUE(doc["files"][0]["error"].is_null());
+  EXPECT_EQ(doc["files"][0]["file_size"], 61440);
+  EXPECT_FALSE(doc["files"][1]["ok"].get<bool>());
+  ASSERT_EQ(doc["files"][1]["problems"].size(), 1u);
+  EXPECT_EQ(doc["files"][1]["problems"][0]["code"], "Corruption");
+  EXPECT_FALSE(doc["files"][2]["ok"].get<bool>());
+  EXPECT_EQ(doc["files"][2]["error"]["code"], "NotFound");
+
+  CliRun good = Ckfmt("verify --json " + Quote(good_.string()));
+  EXPECT_EQ(good.rc, 0);
+  EXPECT_TRUE(nlohmann::json::parse(good.out)["ok"].get<bool>());
+}
+
+TEST_F(CliTest, InspectExitCodes) {
+  EXPECT_EQ(Ckfmt("inspect " + Quote(good_.string())).rc, 0);
+  // Chunk data is not read by inspect.
+  EXPECT_EQ(Ckfmt("inspect " + Quote(Corrupt(4096 + 10, "chunk.ckfmt").string())).rc, 0);
+  // The footer is.
+  uint64_t size = fs::file_size(good_);
+  EXPECT_EQ(Ckfmt("inspect " + Quote(Corrupt(size - 1, "footer.ckfmt").string())).rc, 1);
+  EXPECT_EQ(Ckfmt("inspect " + Quote((dir_ / "missing.ckfmt").string())).rc, 2);
+}
+
+TEST_F(CliTest, InspectText) {
+  CliRun r = Ckfmt("inspect sharded.ckfmt", kVectors);
+  ASSERT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("file:           sharded.ckfmt (61440 bytes)\n"), std::string::npos);
+  EXPECT_NE(r.out.find("world size:     4\n"), std::string::npos);
+  EXPECT_NE(r.out.find("r2 box[4:8, 0:3]"), std::string::npos);
+  EXPECT_NE(r.out.find("partial"), std::string::npos);
+  EXPECT_NE(r.out.find("totals: 10 entries (5 tensors, 0 bytes blobs), 13 chunks"),
+            std::string::npos) << r.out;
+}
+
+TEST_F(CliTest, InspectJsonIsTheGoldenOutput) {
+  for (const char* name : {"sharded", "scalars"}) {
+    CliRun r = Ckfmt(std::string("inspect --json ") + name + ".ckfmt", kVectors);
+    EXPECT_EQ(r.rc, 0);
+    EXPECT_TRUE(r.out == ReadAll(kVectors / (std::string(name) + ".inspect.json"))) << name;
+  }
+  CliRun p = Ckfmt("inspect --json --prefix 'optim/state/[0]' sharded.ckfmt", kVectors);
+  ASSERT_EQ(p.rc, 0);
+  auto doc = nlohmann::json::parse(p.out);
+  EXPECT_EQ(doc["prefix"].dump(), R"(["optim","state",0])");
+  EXPECT_EQ(doc["totals"]["entries"], 3);
+  // A key spelled like an index is addressed with an escape.
+  CliRun k = Ckfmt("inspect --json --prefix 'keys/\\[0]' scalars.ckfmt", kVectors);
+  ASSERT_EQ(k.rc, 0);
+  EXPECT_EQ(nlohmann::json::parse(k.out)["totals"]["entries"], 1) << k.out;
+}
+
+}  // namespace
