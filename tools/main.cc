@@ -1,4 +1,4 @@
-// ckfmt: inspect and verify ckfmt checkpoint files.
+// ckfmt: inspect, verify and convert checkpoint files.
 //
 // Exit codes: 0 success, 1 a file is invalid or corrupt, 2 usage error or
 // a file that could not be opened or read.
@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "ckfmt/file_layout.h"
+#include "convert_cmd.h"
 #include "exit_codes.h"
 #include "inspect.h"
 #include "verify_cmd.h"
@@ -15,7 +16,7 @@
 using namespace ckfmt::tools;
 
 int main(int argc, char** argv) {
-  CLI::App app{"ckfmt: inspect and verify ckfmt checkpoint files.\n"
+  CLI::App app{"ckfmt: inspect, verify and convert checkpoint files.\n"
                "Exit codes: 0 success, 1 invalid or corrupt file, 2 usage or I/O error."};
   app.name("ckfmt");
   app.set_version_flag("--version", std::string("ckfmt ") + CKFMT_VERSION + " (format " +
@@ -46,6 +47,30 @@ int main(int argc, char** argv) {
   quiet->excludes(verbose);
   quiet->excludes(json);
 
+  ConvertCmdOptions conv;
+  CLI::App* convert_cmd = app.add_subcommand(
+      "convert",
+      "Convert torch.save (.pt/.pth/.bin), DCP directories and safetensors to ckfmt, and ckfmt "
+      "to safetensors or torch.save. Sources are recognised by content; the output format "
+      "follows DST's extension or --to. Pickle is never executed.");
+  convert_cmd->add_option("SRC", conv.convert.src, "Source file or directory")->required();
+  convert_cmd->add_option("DST", conv.convert.dst, "Destination file")->required();
+  convert_cmd->add_option("--to", conv.to, "Output format: ckfmt, safetensors or torch");
+  convert_cmd->add_flag("--allow-opaque-pickle", conv.convert.allow_opaque_pickle,
+                        "Carry objects with unknown pickle globals as opaque \"pickle\" bytes "
+                        "(never executed) instead of refusing the file");
+  convert_cmd->add_flag("!--no-sharding-metadata", conv.convert.keep_sharding_metadata,
+                        "DCP: do not record each chunk's original place as saved layout");
+  convert_cmd->add_flag("!--no-split-keys", conv.convert.split_dotted_keys,
+                        "Keep dotted keys (a.b.c) as one key instead of nested dicts");
+  convert_cmd->add_option("--budget-mib", conv.budget_mib,
+                          "Tensor bytes held in memory at once (default 256)");
+  convert_cmd->add_flag("!--no-crc", conv.convert.verify_zip_crc,
+                        "Skip the CRC-32 check of zip records");
+  convert_cmd->add_flag("!--no-fsync", conv.convert.fsync,
+                        "Do not fsync the output (faster; not crash-safe)");
+  convert_cmd->add_flag("-q,--quiet", conv.quiet, "Print nothing on success");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -55,5 +80,6 @@ int main(int argc, char** argv) {
 
   if (*inspect_cmd) return RunInspect(inspect, std::cout, std::cerr);
   if (*verify_cmd) return RunVerify(verify, std::cout, std::cerr);
+  if (*convert_cmd) return RunConvert(conv, std::cout, std::cerr);
   return kExitError;
 }

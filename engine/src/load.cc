@@ -216,7 +216,7 @@ Result<LoadReport> LoadImpl(CheckpointReader::Impl& r, Value* sd, const LoadOpti
       targets.push_back({e, Region::Whole(e->shape), reinterpret_cast<uint8_t*>(b.data.data())});
     }
   }
-  CKFMT_RETURN_IF_ERROR(ReadTargets(r.file, targets, r.options, r.pool, &report.bytes_read));
+  CKFMT_RETURN_IF_ERROR(r.session.Read(targets, r.pool, &report.bytes_read));
   return report;
 }
 

@@ -129,9 +129,8 @@ std::vector<Request> GroupRequests(std::map<uint64_t, ChunkTask>& tasks, uint64_
 // The page-cache path: when the file is already cached, O_DIRECT would
 // re-read it from the disk. Buffered pread straight into the destination
 // (one copy), checksummed there, runs near memcpy speed.
-Status ReadCached(const File& direct_file, const std::map<uint64_t, ChunkTask>& tasks,
+Status ReadCached(const File& file, const std::map<uint64_t, ChunkTask>& tasks,
                   const ReadOptions& options, ThreadPool& pool, uint64_t* bytes_read) {
-  CKFMT_ASSIGN_OR_RETURN(File file, File::OpenRead(direct_file.path(), /*direct=*/false));
   std::vector<const ChunkTask*> list;
   for (const auto& [offset, t] : tasks) list.push_back(&t);
   std::vector<Status> errs(list.size());
@@ -158,23 +157,40 @@ Status ReadCached(const File& direct_file, const std::map<uint64_t, ChunkTask>& 
 
 }  // namespace
 
-Status ReadTargets(const File& file, const std::vector<ReadTarget>& targets,
-                   const ReadOptions& options, ThreadPool& pool, uint64_t* bytes_read) {
-  std::map<uint64_t, ChunkTask> tasks;
-  for (const ReadTarget& t : targets) CKFMT_RETURN_IF_ERROR(PlanTarget(file, t, tasks));
-  if (tasks.empty()) return Status::OK();
-  if (file.direct() && options.io.backend == IoBackend::kAuto) {
-    CKFMT_ASSIGN_OR_RETURN(uint64_t size, file.Size());
-    if (CachedFraction(file, size) > 0.5) return ReadCached(file, tasks, options, pool, bytes_read);
+Status ReadSession::SetUpIo() {
+  if (io_) return Status::OK();
+  block_ = AlignUp(std::max<uint64_t>(options_.io.block_size, kAlignment));
+  const size_t nslots = std::max<size_t>(2, options_.io.staging_bytes / block_);
+  try {
+    for (size_t i = 0; i < nslots; ++i) slots_.emplace_back(block_);
+  } catch (const std::bad_alloc&) {
+    return Status::IOError(file_.path() + ": cannot allocate read staging");
   }
+  io_ = BlockIo::Create(file_, options_.io, slots_);
+  return Status::OK();
+}
 
-  const uint64_t block = AlignUp(std::max<uint64_t>(options.io.block_size, kAlignment));
+Status ReadSession::Read(const std::vector<ReadTarget>& targets, ThreadPool& pool,
+                         uint64_t* bytes_read) {
+  std::map<uint64_t, ChunkTask> tasks;
+  for (const ReadTarget& t : targets) CKFMT_RETURN_IF_ERROR(PlanTarget(file_, t, tasks));
+  if (tasks.empty()) return Status::OK();
+  if (file_.direct() && options_.io.backend == IoBackend::kAuto) {
+    CKFMT_ASSIGN_OR_RETURN(uint64_t size, file_.Size());
+    if (CachedFraction(file_, size) > 0.5) {
+      if (buffered_.fd() < 0) {
+        CKFMT_ASSIGN_OR_RETURN(buffered_, File::OpenRead(file_.path(), /*direct=*/false));
+      }
+      return ReadCached(buffered_, tasks, options_, pool, bytes_read);
+    }
+  }
+  CKFMT_RETURN_IF_ERROR(SetUpIo());
+  const File& file = file_;
+  const ReadOptions& options = options_;
+  const uint64_t block = block_;
+  std::vector<AlignedBuffer>& slots = slots_;
+  BlockIo* io = io_.get();
   std::vector<Request> reqs = GroupRequests(tasks, block);
-  const size_t nslots = std::max<size_t>(2, options.io.staging_bytes / block);
-  std::vector<AlignedBuffer> slots;
-  for (size_t i = 0; i < std::min(nslots, reqs.size()); ++i) slots.emplace_back(block);
-  auto io = BlockIo::Create(file, options.io, slots);
-
   auto process = [&](const Request& r, const uint8_t* buf) {
     std::vector<Status> errs(r.tasks.size());
     pool.ParallelFor(r.tasks.size(), [&](size_t i) {

@@ -6,6 +6,7 @@
 
 #include "ckfmt/index.h"
 #include "ckfmt/reader.h"
+#include "io/block_io.h"
 #include "io/file.h"
 #include "thread_pool.h"
 
@@ -19,11 +20,29 @@ struct ReadTarget {
   uint8_t* dst;
 };
 
-// Reads exactly the chunks that overlap the targets (each chunk once, even
-// when several targets need it), verifies their checksums if asked,
-// decodes them and copies each overlap into place. Fails if a target asks
-// for elements no piece holds. Adds the bytes read from disk to *bytes_read.
-Status ReadTargets(const File& file, const std::vector<ReadTarget>& targets,
-                   const ReadOptions& options, ThreadPool& pool, uint64_t* bytes_read);
+// Reads of one open file. Staging slots, the I/O ring and the buffered
+// handle for cached files are set up on first use and kept, so many small
+// reads (e.g. one ReadRegion per tensor) do not pay for them each time.
+class ReadSession {
+ public:
+  // REQUIRES: `file` and `options` outlive the session.
+  ReadSession(const File& file, const ReadOptions& options) : file_(file), options_(options) {}
+
+  // Reads exactly the chunks that overlap the targets (each chunk once,
+  // even when several targets need it), verifies their checksums if asked,
+  // decodes them and copies each overlap into place. Fails if a target
+  // asks for elements no piece holds. Adds the bytes read to *bytes_read.
+  Status Read(const std::vector<ReadTarget>& targets, ThreadPool& pool, uint64_t* bytes_read);
+
+ private:
+  Status SetUpIo();
+
+  const File& file_;
+  const ReadOptions& options_;
+  uint64_t block_ = 0;
+  std::vector<AlignedBuffer> slots_;
+  std::unique_ptr<BlockIo> io_;
+  File buffered_;  // for files already in the page cache
+};
 
 }  // namespace ckfmt

@@ -66,8 +66,7 @@ Status CheckpointReader::ReadRegion(const KeyPath& path, const Region& region, v
     return Status::InvalidArgument(this->path() + ": " + FormatKeyPath(path) + ": " + s.message());
   }
   uint64_t bytes = 0;
-  return ReadTargets(impl_->file, {{e, region, static_cast<uint8_t*>(dst)}}, impl_->options,
-                     impl_->pool, &bytes);
+  return impl_->session.Read({{e, region, static_cast<uint8_t*>(dst)}}, impl_->pool, &bytes);
 }
 
 Result<Tensor> CheckpointReader::ReadTensor(const KeyPath& path, const Allocator& allocator) {

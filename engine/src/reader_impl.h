@@ -13,7 +13,8 @@ namespace ckfmt {
 
 class CheckpointReader::Impl {
  public:
-  explicit Impl(const ReadOptions& options) : options(options), pool(options.io.threads) {}
+  explicit Impl(const ReadOptions& options)
+      : options(options), pool(options.io.threads), session(file, this->options) {}
 
   Status Open(const std::string& path);
   const EntryRecord* Find(const KeyPath& path) const;
@@ -25,6 +26,7 @@ class CheckpointReader::Impl {
   FileFooter footer;
   IndexRecord index;
   std::map<KeyPath, size_t> by_path;
+  ReadSession session;  // declared after `file` and `options`, which it refers to
 };
 
 Result<LoadReport> LoadImpl(CheckpointReader::Impl& reader, Value* state_dict,

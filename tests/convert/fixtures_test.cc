@@ -1,0 +1,170 @@
+// Every committed fixture (written by torch itself, see
+// tests/fixtures/make_fixtures.py) converts to ckfmt with exactly the
+// tensors (dtype, shape, XXH3 of the bytes torch produced) and values its
+// manifest lists.
+#include <gtest/gtest.h>
+
+#include "ckfmt/reader.h"
+#include "convert_test_util.h"
+
+namespace ckfmt::convert::testing {
+namespace {
+
+class FixtureTest : public ::testing::TestWithParam<const char*> {};
+
+void ExpectMatchesManifest(const FileSummary& got, const nlohmann::json& m,
+                           const std::string& what) {
+  std::set<std::string> want_tensors;
+  for (auto it = m["tensors"].begin(); it != m["tensors"].end(); ++it) {
+    const std::string& key = it.key();
+    want_tensors.insert(key);
+    auto g = got.tensors.find(key);
+    if (g == got.tensors.end()) {
+      ADD_FAILURE() << what << ": tensor " << key << " missing";
+      continue;
+    }
+    EXPECT_EQ(g->second.dtype, it.value()["dtype"].get<std::string>()) << what << " " << key;
+    EXPECT_EQ(g->second.shape, it.value()["shape"].get<std::vector<uint64_t>>()) << what << " " << key;
+    EXPECT_EQ(g->second.xxh3, it.value()["xxh3"].get<std::string>()) << what << " " << key;
+  }
+  for (const auto& [k, v] : got.tensors) {
+    EXPECT_TRUE(want_tensors.count(k)) << what << ": unexpected tensor " << k;
+  }
+  std::set<std::string> want_values;
+  for (auto it = m["values"].begin(); it != m["values"].end(); ++it) {
+    want_values.insert(it.key());
+    auto g = got.values.find(it.key());
+    if (g == got.values.end()) {
+      ADD_FAILURE() << what << ": value " << it.key() << " missing";
+      continue;
+    }
+    EXPECT_EQ(g->second["type"], it.value()["type"]) << what << " " << it.key();
+    EXPECT_EQ(g->second["value"], it.value()["value"]) << what << " " << it.key();
+  }
+  for (const auto& [k, v] : got.values) {
+    EXPECT_TRUE(want_values.count(k)) << what << ": unexpected value " << k << " = " << v.dump();
+  }
+}
+
+TEST_P(FixtureTest, ConvertsToCkfmtMatchingTheManifest) {
+  std::string name = GetParam();
+  std::string dir = MakeTempDir("fixture");
+  std::string out = dir + "/out.ckfmt";
+  ConvertReport r = ConvertOrDie(Fixture(name), out);
+  nlohmann::json m = LoadManifest(name);
+  EXPECT_EQ(r.tensors, m["tensors"].size());
+  EXPECT_TRUE(r.dropped.empty());
+  ExpectMatchesManifest(SummarizeCkfmt(out), m, name);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureTest,
+                         ::testing::Values("mlp_adamw.pt", "dtypes.pt", "views.pt", "legacy.pt",
+                                           "model.safetensors", "sharded_st", "dcp_fsdp2"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (char& c : s) {
+                             if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return s;
+                         });
+
+TEST(FixtureDetails, TorchFormatsAreDetectedByContent) {
+  EXPECT_EQ(*DetectFormat(Fixture("mlp_adamw.pt")), Format::kTorchZip);
+  EXPECT_EQ(*DetectFormat(Fixture("legacy.pt")), Format::kTorchLegacy);
+  EXPECT_EQ(*DetectFormat(Fixture("model.safetensors")), Format::kSafetensors);
+  EXPECT_EQ(*DetectFormat(Fixture("sharded_st")), Format::kSafetensorsSharded);
+  EXPECT_EQ(*DetectFormat(Fixture("sharded_st/model.safetensors.index.json")),
+            Format::kSafetensorsSharded);
+  EXPECT_EQ(*DetectFormat(Fixture("dcp_fsdp2")), Format::kDcp);
+  // Content, not the extension: a torch zip renamed to .safetensors.
+  std::string dir = MakeTempDir("detect");
+  WriteFile(dir + "/x.safetensors", ReadFile(Fixture("mlp_adamw.pt")));
+  EXPECT_EQ(*DetectFormat(dir + "/x.safetensors"), Format::kTorchZip);
+}
+
+TEST(FixtureDetails, DcpKeepsShardingAsSavedLayout) {
+  std::string dir = MakeTempDir("dcp");
+  ConvertOrDie(Fixture("dcp_fsdp2"), dir + "/out.ckfmt");
+  auto r = CheckpointReader::Open(dir + "/out.ckfmt");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->index().world_size, 2u);
+  EXPECT_EQ((*r)->index().save_mode, "flattened");
+  // FSDP2 splits dim 0 unevenly: 7 rows -> 4 + 3.
+  const EntryRecord* w = (*r)->Find(KeyPath{std::string("model"), std::string("0.weight")});
+  ASSERT_NE(w, nullptr);
+  ASSERT_EQ(w->saved_layout.size(), 2u);
+  EXPECT_EQ(w->saved_layout[0].rank, 0u);
+  EXPECT_EQ(w->saved_layout[0].region, Region::Box({0, 0}, {4, 12}));
+  EXPECT_EQ(w->saved_layout[1].rank, 1u);
+  EXPECT_EQ(w->saved_layout[1].region, Region::Box({4, 0}, {3, 12}));
+  EXPECT_EQ(w->pieces.size(), 2u);
+  // Optimizer state keeps its nesting: optim/state/<fqn>/exp_avg.
+  EXPECT_NE((*r)->Find(KeyPath{std::string("optim"), std::string("state"), std::string("0.weight"),
+                               std::string("exp_avg")}),
+            nullptr);
+  // param_groups is a list.
+  const EntryRecord* pg = (*r)->Find(KeyPath{std::string("optim"), std::string("param_groups")});
+  ASSERT_NE(pg, nullptr);
+  EXPECT_EQ(pg->kind, EntryKind::kList);
+
+  // Without sharding metadata.
+  ConvertOptions o;
+  o.keep_sharding_metadata = false;
+  ConvertOrDie(Fixture("dcp_fsdp2"), dir + "/flat.ckfmt", o);
+  auto r2 = CheckpointReader::Open(dir + "/flat.ckfmt");
+  ASSERT_TRUE(r2.ok());
+  const EntryRecord* w2 = (*r2)->Find(KeyPath{std::string("model"), std::string("0.weight")});
+  ASSERT_NE(w2, nullptr);
+  EXPECT_TRUE(w2->saved_layout.empty());
+}
+
+TEST(FixtureDetails, OptimizerIntKeysAreRemembered) {
+  std::string dir = MakeTempDir("intkeys");
+  ConvertOrDie(Fixture("mlp_adamw.pt"), dir + "/out.ckfmt");
+  FileSummary s = SummarizeCkfmt(dir + "/out.ckfmt");
+  bool found = false;
+  for (const auto& [k, v] : s.metadata) {
+    if (k == "convert.torch.int_key_dicts") {
+      found = true;
+      EXPECT_NE(v.find("optim/state"), std::string::npos) << v;
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(FixtureDetails, SafetensorsMetadataIsKept) {
+  std::string dir = MakeTempDir("stmeta");
+  ConvertOrDie(Fixture("model.safetensors"), dir + "/out.ckfmt");
+  FileSummary s = SummarizeCkfmt(dir + "/out.ckfmt");
+  bool found = false;
+  for (const auto& [k, v] : s.metadata) found |= k == "source" && v == "make_fixtures";
+  EXPECT_TRUE(found);
+}
+
+TEST(FixtureDetails, ProgressReachesTheTotal) {
+  std::string dir = MakeTempDir("progress");
+  ConvertOptions o;
+  uint64_t last_done = 0, last_total = 0, calls = 0;
+  o.progress = [&](uint64_t done, uint64_t total, const std::string& key) {
+    EXPECT_GE(done, last_done);
+    EXPECT_FALSE(key.empty());
+    last_done = done;
+    last_total = total;
+    ++calls;
+  };
+  ConvertOrDie(Fixture("mlp_adamw.pt"), dir + "/out.ckfmt", o);
+  EXPECT_GT(calls, 0u);
+  EXPECT_EQ(last_done, last_total);
+}
+
+TEST(FixtureDetails, TinyBudgetSplitsTensorsIntoPieces) {
+  // A tiny budget splits tensors into many box pieces and still converts exactly.
+  std::string dir = MakeTempDir("budget");
+  ConvertOptions o;
+  o.memory_budget = 64;  // 32-byte pieces: every view is split
+  ConvertOrDie(Fixture("views.pt"), dir + "/out.ckfmt", o);
+  ExpectMatchesManifest(SummarizeCkfmt(dir + "/out.ckfmt"), LoadManifest("views.pt"), "views");
+}
+
+}  // namespace
+}  // namespace ckfmt::convert::testing

@@ -1,0 +1,283 @@
+// Hostile and broken inputs: pickles that name dangerous globals, damaged
+// zip archives, lying sizes, ambiguous safetensors headers. Every one fails
+// with an error that names the file and the record or key.
+#include <gtest/gtest.h>
+
+#include "ckfmt/reader.h"
+#include "convert_test_util.h"
+#include "file_io.h"
+#include "pickle_writer.h"
+#include "unpickler.h"
+#include "zip_writer.h"
+
+namespace ckfmt::convert::testing {
+namespace {
+
+// A torch.save-like archive with the given data.pkl and storages.
+void WriteTorchZip(const std::string& path, const std::string& pickle,
+                   const std::vector<std::pair<std::string, std::string>>& storages = {}) {
+  auto out = OutputFile::Create(path);
+  ASSERT_TRUE(out.ok());
+  ZipWriter z(out->get());
+  ASSERT_TRUE(z.AddRecord("archive/data.pkl", pickle).ok());
+  ASSERT_TRUE(z.AddRecord("archive/byteorder", "little").ok());
+  for (const auto& [k, v] : storages) ASSERT_TRUE(z.AddRecord("archive/data/" + k, v).ok());
+  ASSERT_TRUE(z.AddRecord("archive/version", "3\n").ok());
+  ASSERT_TRUE(z.Finish().ok());
+  ASSERT_TRUE((*out)->Commit(false).ok());
+}
+
+// {"x": <module>.<name>("ls")} and {"ok": 1}
+std::string CallPickle(const std::string& module, const std::string& name) {
+  PickleWriter w(2);
+  w.EmptyDict();
+  w.Mark();
+  w.Str("ok");
+  w.Int(1);
+  w.Str("x");
+  w.Global(module, name);
+  w.Mark();
+  w.Str("ls");
+  w.Tuple();
+  w.Reduce();
+  w.SetItems();
+  w.Stop();
+  return w.Take();
+}
+
+Status ConvertStatus(const std::string& src, const std::string& dst, ConvertOptions o = {}) {
+  o.src = src;
+  o.dst = dst;
+  o.fsync = false;
+  return Run(o).status();
+}
+
+TEST(Refusal, DangerousGlobalsAreNamed) {
+  std::string dir = MakeTempDir("evil");
+  for (auto [m, n] : std::vector<std::pair<std::string, std::string>>{
+           {"os", "system"}, {"builtins", "eval"}, {"posix", "system"},
+           {"subprocess", "Popen"}, {"builtins", "exec"}, {"torch", "load"}}) {
+    std::string pt = dir + "/" + m + "_" + n + ".pt";
+    WriteTorchZip(pt, CallPickle(m, n));
+    Status s = ConvertStatus(pt, dir + "/out.ckfmt");
+    ASSERT_FALSE(s.ok()) << m << "." << n;
+    EXPECT_NE(s.message().find(m + "." + n), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find(pt), std::string::npos) << s.ToString();
+    EXPECT_FALSE(PathExists(dir + "/out.ckfmt"));
+  }
+}
+
+TEST(Refusal, OpaquePickleIsCarriedWhenAllowed) {
+  std::string dir = MakeTempDir("opaque");
+  std::string pt = dir + "/evil.pt";
+  WriteTorchZip(pt, CallPickle("os", "system"));
+  ConvertOptions o;
+  o.allow_opaque_pickle = true;
+  ConvertReport r = ConvertOrDie(pt, dir + "/out.ckfmt", o);
+  FileSummary s = SummarizeCkfmt(dir + "/out.ckfmt");
+  ASSERT_EQ(s.bytes.count("x"), 1u);
+  EXPECT_EQ(s.bytes["x"], "pickle");
+  EXPECT_EQ(s.values["ok"]["value"], 1);
+  bool noted = false;
+  for (const auto& n : r.notes) noted |= n.find("os.system") != std::string::npos;
+  EXPECT_TRUE(noted);
+  // The carried bytes are a pickle of the same call, still refused when read strictly.
+  auto reader = CheckpointReader::Open(dir + "/out.ckfmt");
+  ASSERT_TRUE(reader.ok());
+  const EntryRecord* e = (*reader)->Find(KeyPath{std::string("x")});
+  ASSERT_NE(e, nullptr);
+  std::string blob(e->ByteSize(), '\0');
+  ASSERT_TRUE((*reader)->ReadRegion(e->path, Region::Whole(e->shape), blob.data()).ok());
+  UnpickleOptions strict;
+  strict.where = "blob";
+  auto again = Unpickle(blob, strict);
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find("os.system"), std::string::npos);
+  UnpickleOptions lax = strict;
+  lax.allow_opaque = true;
+  auto obj = Unpickle(blob, lax);
+  ASSERT_TRUE(obj.ok()) << obj.status().ToString();
+  EXPECT_EQ((*obj)->kind, py::Kind::kCall);
+  EXPECT_EQ((*obj)->callable->GlobalName(), "os.system");
+  ASSERT_EQ((*obj)->args->items.size(), 1u);
+  EXPECT_EQ((*obj)->args->items[0]->s, "ls");
+  // torch.save output drops the opaque object, with a reason.
+  ConvertReport r2 = ConvertOrDie(dir + "/out.ckfmt", dir + "/back.pt");
+  ASSERT_EQ(r2.dropped.size(), 1u);
+  EXPECT_EQ(r2.dropped[0].key, "x");
+}
+
+TEST(Refusal, TruncatedArchive) {
+  std::string dir = MakeTempDir("trunc");
+  std::string z = ReadFile(Fixture("mlp_adamw.pt"));
+  for (size_t cut : {z.size() / 2, z.size() - 10, size_t(100)}) {
+    std::string p = dir + "/t.pt";
+    WriteFile(p, z.substr(0, cut));
+    ConvertOptions o;
+    o.from = Format::kTorchZip;
+    Status s = ConvertStatus(p, dir + "/out.ckfmt", o);
+    ASSERT_FALSE(s.ok()) << cut;
+    EXPECT_NE(s.message().find(p), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find("truncated"), std::string::npos) << s.ToString();
+  }
+}
+
+// Offset of the central directory record for `name`.
+size_t CentralRecord(const std::string& z, const std::string& name) {
+  size_t pos = 0;
+  while ((pos = z.find(std::string("PK\x01\x02", 4), pos)) != std::string::npos) {
+    uint16_t nlen = uint8_t(z[pos + 28]) | (uint8_t(z[pos + 29]) << 8);
+    if (z.compare(pos + 46, nlen, name) == 0) return pos;
+    ++pos;
+  }
+  return std::string::npos;
+}
+
+void Put32(std::string& z, size_t at, uint32_t v) {
+  for (int i = 0; i < 4; ++i) z[at + i] = char((v >> (8 * i)) & 0xff);
+}
+
+TEST(Refusal, LyingSizes) {
+  std::string dir = MakeTempDir("lying");
+  std::string z0 = ReadFile(Fixture("mlp_adamw.pt"));
+  const std::string rec = "mlp_adamw/data/0";
+  size_t c = CentralRecord(z0, rec);
+  ASSERT_NE(c, std::string::npos);
+  struct Case {
+    const char* what;
+    std::function<void(std::string&)> edit;
+    const char* expect;
+  };
+  std::vector<Case> cases = {
+      {"central size disagrees with the local header",
+       [&](std::string& z) { Put32(z, c + 20, 12345); Put32(z, c + 24, 12345); }, "lying sizes"},
+      {"compressed != uncompressed", [&](std::string& z) { Put32(z, c + 20, 1); }, "lying sizes"},
+      {"offset past EOF", [&](std::string& z) { Put32(z, c + 42, 0x7fffffff); }, "past the end"},
+      {"compressed record",
+       [&](std::string& z) { z[c + 10] = 8; }, "compressed"},
+      {"local header of another record",
+       [&](std::string& z) { Put32(z, c + 42, 0); }, "local header names"},
+      {"crc mismatch", [&](std::string& z) { Put32(z, c + 16, 0xdeadbeef); }, "crc"},
+  };
+  for (const auto& k : cases) {
+    std::string z = z0;
+    k.edit(z);
+    std::string p = dir + "/l.pt";
+    WriteFile(p, z);
+    Status s = ConvertStatus(p, dir + "/out.ckfmt");
+    ASSERT_FALSE(s.ok()) << k.what;
+    EXPECT_NE(s.message().find(p), std::string::npos) << k.what << ": " << s.ToString();
+    std::string lower = s.message();
+    for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    EXPECT_NE(lower.find(k.expect), std::string::npos) << k.what << ": " << s.ToString();
+    if (std::string(k.what) != "local header of another record") {
+      EXPECT_NE(s.message().find(rec), std::string::npos) << k.what << ": " << s.ToString();
+    }
+  }
+}
+
+TEST(Refusal, StorageRecordTooSmallForTheView) {
+  std::string dir = MakeTempDir("badview");
+  // A float tensor of 4 elements viewing a 2-element storage.
+  PickleWriter w(2);
+  w.EmptyDict();
+  w.Str("t");
+  w.Global("torch._utils", "_rebuild_tensor_v2");
+  w.Mark();
+  w.Mark();
+  w.Str("storage");
+  w.Global("torch", "FloatStorage");
+  w.Str("0");
+  w.Str("cpu");
+  w.Int(2);
+  w.Tuple();
+  w.BinPersId();
+  w.Int(0);
+  w.Mark(); w.Int(4); w.Tuple();
+  w.Mark(); w.Int(1); w.Tuple();
+  w.Bool(false);
+  w.Global("collections", "OrderedDict");
+  w.EmptyTuple();
+  w.Reduce();
+  w.Tuple();
+  w.Reduce();
+  std::string pk = w.Take();
+  pk += "s.";  // SETITEM, STOP
+  WriteTorchZip(dir + "/v.pt", pk, {{"0", std::string(8, '\0')}});
+  Status s = ConvertStatus(dir + "/v.pt", dir + "/out.ckfmt");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("tensor t"), std::string::npos) << s.ToString();
+  // A storage record shorter than the pickle declares.
+  WriteTorchZip(dir + "/w.pt", pk, {{"0", std::string(4, '\0')}});
+  s = ConvertStatus(dir + "/w.pt", dir + "/out.ckfmt");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("archive/data/0"), std::string::npos) << s.ToString();
+}
+
+std::string SafetensorsFile(const std::string& header, size_t data_bytes) {
+  std::string f(8, '\0');
+  for (int i = 0; i < 8; ++i) f[i] = char((uint64_t(header.size()) >> (8 * i)) & 0xff);
+  return f + header + std::string(data_bytes, '\x01');
+}
+
+TEST(Refusal, AmbiguousSafetensorsHeaders) {
+  std::string dir = MakeTempDir("st");
+  struct Case {
+    const char* what;
+    std::string header;
+    size_t data;
+    const char* expect;
+  };
+  std::vector<Case> cases = {
+      {"duplicate key",
+       R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+       8, "\"a\" appears twice"},
+      {"overlap",
+       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+       8, "overlap"},
+      {"out of bounds", R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8,
+       "past the"},
+      {"unknown dtype", R"({"a":{"dtype":"F4","shape":[1],"data_offsets":[0,1]}})", 1,
+       "unknown dtype \"F4\""},
+      {"shape disagrees", R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8,
+       "need 12"},
+      {"not json", "{not json}", 0, "not valid JSON"},
+  };
+  for (const auto& k : cases) {
+    std::string p = dir + "/x.safetensors";
+    WriteFile(p, SafetensorsFile(k.header, k.data));
+    Status s = ConvertStatus(p, dir + "/out.ckfmt");
+    ASSERT_FALSE(s.ok()) << k.what;
+    EXPECT_NE(s.message().find(k.expect), std::string::npos) << k.what << ": " << s.ToString();
+    EXPECT_NE(s.message().find(p), std::string::npos) << k.what << ": " << s.ToString();
+  }
+  // And a good one, for contrast.
+  std::string p = dir + "/ok.safetensors";
+  WriteFile(p, SafetensorsFile(R"({"a.b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8));
+  ConvertOrDie(p, dir + "/ok.ckfmt");
+  FileSummary s = SummarizeCkfmt(dir + "/ok.ckfmt");
+  EXPECT_EQ(s.tensors.count("a.b"), 1u);
+}
+
+TEST(Refusal, TruncatedLegacyFile) {
+  std::string dir = MakeTempDir("legacy");
+  std::string z = ReadFile(Fixture("legacy.pt"));
+  std::string p = dir + "/l.pt";
+  WriteFile(p, z.substr(0, z.size() - 100));
+  Status s = ConvertStatus(p, dir + "/out.ckfmt");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(p), std::string::npos) << s.ToString();
+}
+
+TEST(Refusal, DestinationFormatMustBeKnown) {
+  std::string dir = MakeTempDir("dst");
+  Status s = ConvertStatus(Fixture("mlp_adamw.pt"), dir + "/out.xyz");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--to"), std::string::npos);
+  ConvertOptions o;
+  o.to = Format::kCkfmt;
+  EXPECT_TRUE(ConvertStatus(Fixture("mlp_adamw.pt"), dir + "/out.xyz", o).ok());
+}
+
+}  // namespace
+}  // namespace ckfmt::convert::testing

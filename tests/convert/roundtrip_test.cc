@@ -1,0 +1,93 @@
+// ckfmt -> safetensors -> ckfmt and ckfmt -> torch.save zip -> ckfmt keep
+// every tensor bit for bit (and, through torch, every value and key type).
+#include <gtest/gtest.h>
+
+#include "convert_test_util.h"
+
+namespace ckfmt::convert::testing {
+namespace {
+
+class RoundTripTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(RoundTripTest, ThroughSafetensors) {
+  std::string dir = MakeTempDir("rt_st");
+  ConvertOrDie(Fixture(GetParam()), dir + "/a.ckfmt");
+  ConvertReport r1 = ConvertOrDie(dir + "/a.ckfmt", dir + "/b.safetensors");
+  ConvertReport r2 = ConvertOrDie(dir + "/b.safetensors", dir + "/b.ckfmt");
+  FileSummary a = SummarizeCkfmt(dir + "/a.ckfmt");
+  FileSummary b = SummarizeCkfmt(dir + "/b.ckfmt");
+  std::set<std::string> dropped;
+  for (const auto& d : r1.dropped) dropped.insert(d.key);
+  for (const auto& [k, t] : a.tensors) {
+    if (dropped.count(k)) continue;
+    auto it = b.tensors.find(k);
+    ASSERT_NE(it, b.tensors.end()) << k;
+    EXPECT_EQ(it->second, t) << k;
+  }
+  // Non-tensor values are listed as dropped, with reasons.
+  for (const auto& [k, v] : a.values) EXPECT_TRUE(dropped.count(k)) << k;
+  for (const auto& d : r1.dropped) EXPECT_FALSE(d.reason.empty());
+  EXPECT_TRUE(r2.dropped.empty());
+}
+
+TEST_P(RoundTripTest, ThroughTorchZip) {
+  std::string dir = MakeTempDir("rt_pt");
+  ConvertOrDie(Fixture(GetParam()), dir + "/a.ckfmt");
+  ConvertReport r1 = ConvertOrDie(dir + "/a.ckfmt", dir + "/c.pt");
+  EXPECT_TRUE(r1.dropped.empty());
+  EXPECT_EQ(*DetectFormat(dir + "/c.pt"), Format::kTorchZip);
+  ConvertOrDie(dir + "/c.pt", dir + "/c.ckfmt");
+  FileSummary a = SummarizeCkfmt(dir + "/a.ckfmt");
+  FileSummary c = SummarizeCkfmt(dir + "/c.ckfmt");
+  EXPECT_EQ(a.tensors, c.tensors);
+  EXPECT_EQ(a.values, c.values);
+  EXPECT_EQ(a.bytes, c.bytes);
+  auto meta = [](const FileSummary& s, const std::string& k) {
+    for (const auto& [mk, v] : s.metadata) {
+      if (mk == k) return v;
+    }
+    return std::string();
+  };
+  EXPECT_EQ(meta(a, "convert.torch.int_key_dicts"), meta(c, "convert.torch.int_key_dicts"));
+  EXPECT_EQ(meta(a, "convert.torch.tuples"), meta(c, "convert.torch.tuples"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, RoundTripTest,
+                         ::testing::Values("mlp_adamw.pt", "dtypes.pt", "views.pt", "legacy.pt",
+                                           "model.safetensors", "dcp_fsdp2"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (char& c : s) {
+                             if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return s;
+                         });
+
+TEST(RoundTrip, SafetensorsOutputListsDroppedEntries) {
+  std::string dir = MakeTempDir("st_drop");
+  ConvertReport r = ConvertOrDie(Fixture("mlp_adamw.pt"), dir + "/m.safetensors");
+  std::set<std::string> dropped;
+  for (const auto& d : r.dropped) dropped.insert(d.key);
+  EXPECT_TRUE(dropped.count("epoch"));
+  EXPECT_TRUE(dropped.count("name"));
+  EXPECT_TRUE(dropped.count("optim.param_groups.0.lr"));
+  EXPECT_FALSE(dropped.count("model.0.weight"));
+  // complex128 has no safetensors dtype.
+  ConvertReport r2 = ConvertOrDie(Fixture("dtypes.pt"), dir + "/d.safetensors");
+  ASSERT_EQ(r2.dropped.size(), 1u);
+  EXPECT_EQ(r2.dropped[0].key, "c128");
+}
+
+TEST(RoundTrip, TorchZipIsStoredAlignedAndLittleEndian) {
+  std::string dir = MakeTempDir("pt_layout");
+  ConvertOrDie(Fixture("dtypes.pt"), dir + "/d.pt");
+  std::string z = ReadFile(dir + "/d.pt");
+  ASSERT_GT(z.size(), 30u);
+  EXPECT_EQ(z.substr(0, 4), std::string("PK\x03\x04", 4));
+  EXPECT_NE(z.find("archive/byteorder"), std::string::npos);
+  EXPECT_NE(z.find("archive/version"), std::string::npos);
+  EXPECT_NE(z.find("little"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ckfmt::convert::testing

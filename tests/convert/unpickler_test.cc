@@ -1,0 +1,174 @@
+// The restricted unpickler: opcodes across protocols, Python's dict
+// semantics, and refusals of what it must not do.
+#include <gtest/gtest.h>
+
+#include "pickle_writer.h"
+#include "tree.h"
+#include "unpickler.h"
+
+namespace ckfmt::convert::testing {
+namespace {
+
+template <size_t N>
+std::string B(const char (&s)[N]) {
+  return std::string(s, N - 1);
+}
+
+Result<py::Ref> Load(const std::string& bytes, bool opaque = false) {
+  UnpickleOptions o;
+  o.where = "test.pkl";
+  o.allow_opaque = opaque;
+  return Unpickle(bytes, o);
+}
+
+TEST(Unpickler, Protocol0Text) {
+  // pickle.dumps({'a': 1, 'b': [1.5, True, 'x', None, -7, 123456789012]}, protocol=0)
+  std::string p =
+      "(dp0\nVa\np1\nI1\nsVb\np2\n(lp3\nF1.5\naI01\naVx\np4\naNaI-7\naL123456789012L\nas.";
+  auto r = Load(p);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const py::Object& d = **r;
+  ASSERT_EQ(d.kind, py::Kind::kDict);
+  ASSERT_EQ(d.dict.size(), 2u);
+  EXPECT_EQ(d.dict[0].first->s, "a");
+  EXPECT_EQ(d.dict[0].second->i, 1);
+  const py::Object& l = *d.dict[1].second;
+  ASSERT_EQ(l.items.size(), 6u);
+  EXPECT_EQ(l.items[0]->f, 1.5);
+  EXPECT_EQ(l.items[1]->kind, py::Kind::kBool);
+  EXPECT_EQ(l.items[2]->s, "x");
+  EXPECT_EQ(l.items[3]->kind, py::Kind::kNone);
+  EXPECT_EQ(l.items[4]->i, -7);
+  EXPECT_EQ(l.items[5]->i, 123456789012);
+}
+
+TEST(Unpickler, Protocol4FramesMemoAndStackGlobal) {
+  // pickle.dumps(collections.OrderedDict(a=b'\x00\xff', b=(1, -2, 3.0)), protocol=4)
+  std::string p = B(
+      "\x80\x04\x95" "C\x00\x00\x00\x00\x00\x00\x00\x8c\x0b" "collections\x94\x8c\x0b"
+      "OrderedDict\x94\x93\x94)R\x94(\x8c\x01" "a\x94" "C\x02\x00\xff\x94\x8c\x01" "b\x94"
+      "K\x01J\xfe\xff\xff\xff" "G@\x08\x00\x00\x00\x00\x00\x00\x87\x94u.");
+  auto r = Load(p);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const py::Object& d = **r;
+  ASSERT_EQ(d.kind, py::Kind::kDict);
+  ASSERT_EQ(d.dict.size(), 2u);
+  EXPECT_EQ(d.dict[0].second->kind, py::Kind::kBytes);
+  EXPECT_EQ(d.dict[0].second->s, std::string("\x00\xff", 2));
+  const py::Object& t = *d.dict[1].second;
+  ASSERT_EQ(t.kind, py::Kind::kTuple);
+  EXPECT_EQ(t.items[1]->i, -2);
+  EXPECT_EQ(t.items[2]->f, 3.0);
+}
+
+TEST(Unpickler, WriterOutputReadsBack) {
+  PickleWriter w(2);
+  w.EmptyDict();
+  w.Mark();
+  w.Str("big");
+  w.Int(INT64_MIN);
+  w.Str("neg");
+  w.Int(-300);
+  w.Str("wide");
+  w.Int(70000);
+  w.Str("bytes");
+  w.Bytes(std::string("\x00\x80\xff", 3));
+  w.Str("f");
+  w.Float(-0.1);
+  w.SetItems();
+  w.Stop();
+  auto r = Load(w.data());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const auto& d = (*r)->dict;
+  ASSERT_EQ(d.size(), 5u);
+  EXPECT_EQ(d[0].second->i, INT64_MIN);
+  EXPECT_EQ(d[1].second->i, -300);
+  EXPECT_EQ(d[2].second->i, 70000);
+  EXPECT_EQ(d[3].second->s, std::string("\x00\x80\xff", 3));  // via _codecs.encode
+  EXPECT_EQ(d[4].second->f, -0.1);
+}
+
+TEST(Unpickler, DuplicateDictKeysReplaceLikePython) {
+  std::string p = B("\x80\x02}(X\x01\x00\x00\x00" "aK\x01X\x01\x00\x00\x00" "aK\x02u.");
+  auto r = Load(p);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ((*r)->dict.size(), 1u);
+  EXPECT_EQ((*r)->dict[0].second->i, 2);
+}
+
+TEST(Unpickler, Refusals) {
+  struct Case {
+    std::string bytes;
+    const char* expect;
+  };
+  std::vector<Case> cases = {
+      {"cos\nsystem\n(Vls\ntR.", "os.system"},
+      {"\x80\x04\x8c\x08" "builtins\x8c\x04" "eval\x93.", "builtins.eval"},
+      {"\x80\x02h\x05.", "memo key 5"},
+      {"\x80\x02\x82\x01.", "EXT"},
+      {"\x80\x02\xff.", "unknown pickle opcode 0xff"},
+      {B("\x80\x02X\xff\xff\x00\x00" "abc"), "runs past the end"},
+      {"\x80\x02" "a.", "stack underflow"},
+      {"\x80\x02]K\x01", "ends early"},
+      {"\x80\x02(K\x01Q.", "persistent id"},
+      {B("ctorch._utils\n_rebuild_tensor_v2\n(K\x01K\x00)))\x89NtR."), "expects a storage"},
+  };
+  for (const auto& c : cases) {
+    auto r = Load(c.bytes);
+    ASSERT_FALSE(r.ok()) << c.expect;
+    EXPECT_NE(r.status().message().find(c.expect), std::string::npos)
+        << c.expect << ": " << r.status().ToString();
+    EXPECT_NE(r.status().message().find("test.pkl"), std::string::npos);
+  }
+}
+
+TEST(Unpickler, OpaqueObjectsStaySymbolic) {
+  auto r = Load("cposix\nsystem\n(Vrm -rf /\ntR.", /*opaque=*/true);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->kind, py::Kind::kCall);
+  std::string name;
+  EXPECT_TRUE(py::ContainsDisallowed(**r, &name));
+  EXPECT_EQ(name, "posix.system");
+}
+
+TEST(Unpickler, PickleBombsAreRefusedBeforeExpanding) {
+  // l0 = [0]*10; l1 = [l0]*10; ... 10 levels: 10^10 values once expanded.
+  PickleWriter w(2);
+  w.EmptyList();
+  w.Mark();
+  for (int i = 0; i < 10; ++i) w.Int(0);
+  w.Appends();
+  std::string s = w.Take();
+  s += std::string("q\x00", 2);  // BINPUT 0
+  for (int level = 0; level < 10; ++level) {
+    s += "](";                      // EMPTY_LIST, MARK
+    for (int i = 0; i < 10; ++i) s += std::string("h\x00", 2);  // BINGET 0
+    s += "e";                       // APPENDS
+    s += std::string("q\x00", 2);  // BINPUT 0: this level is the next one's element
+  }
+  s += ".";
+  auto r = Load(s);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  PyToTreeOptions o;
+  o.where = "bomb.pkl";
+  ConvertLog log;
+  auto t = PyToTree(*r, o, &log);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("pickle bomb"), std::string::npos) << t.status().ToString();
+}
+
+TEST(Unpickler, SelfReferenceIsRefused) {
+  // l = []; l.append(l)
+  std::string s = B("\x80\x02]q\x00h\x00" "a.");
+  auto r = Load(s);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  PyToTreeOptions o;
+  o.where = "cycle.pkl";
+  ConvertLog log;
+  auto t = PyToTree(*r, o, &log);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("self-referencing"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ckfmt::convert::testing

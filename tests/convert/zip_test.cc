@@ -1,0 +1,81 @@
+// The zip reader and writer: ZIP64, alignment, CRC checks on data.
+#include <gtest/gtest.h>
+
+#include "convert_test_util.h"
+#include "crc32.h"
+#include "file_io.h"
+#include "zip_reader.h"
+#include "zip_writer.h"
+
+namespace ckfmt::convert::testing {
+namespace {
+
+TEST(Zip, WriterReaderRoundTripAlignedAndZip64) {
+  std::string dir = MakeTempDir("zip");
+  for (bool z64 : {false, true}) {
+    std::string p = dir + (z64 ? "/z64.zip" : "/z.zip");
+    {
+      auto out = OutputFile::Create(p);
+      ASSERT_TRUE(out.ok());
+      ZipWriter w(out->get());
+      w.set_force_zip64(z64);
+      ASSERT_TRUE(w.AddRecord("a/data.pkl", "hello").ok());
+      ASSERT_TRUE(w.AddRecord("a/data/0", std::string(1000, 'x')).ok());
+      ASSERT_TRUE(w.AddRecord("a/empty", "").ok());
+      ASSERT_TRUE(w.Finish().ok());
+      ASSERT_TRUE((*out)->Commit(false).ok());
+    }
+    auto f = InputFile::Open(p);
+    ASSERT_TRUE(f.ok());
+    auto z = ZipArchive::Open(*f);
+    ASSERT_TRUE(z.ok()) << z.status().ToString();
+    ASSERT_EQ((*z)->records().size(), 3u);
+    const ZipRecord* r = (*z)->Find("a/data/0");
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->data_offset % 64, 0u);
+    EXPECT_EQ(r->size, 1000u);
+    auto all = (*z)->ReadAll(*r, 1 << 20);
+    ASSERT_TRUE(all.ok());
+    EXPECT_EQ(*all, std::string(1000, 'x'));
+    EXPECT_EQ((*z)->ReadAll(*(*z)->Find("a/empty"), 10).value(), "");
+  }
+}
+
+TEST(Zip, CorruptedStorageBytesFailTheCrc) {
+  std::string dir = MakeTempDir("zipcrc");
+  std::string z = ReadFile(Fixture("views.pt"));
+  // Flip one byte inside the first storage record's data.
+  auto f = InputFile::Open(Fixture("views.pt"));
+  auto arch = ZipArchive::Open(*f);
+  ASSERT_TRUE(arch.ok());
+  const ZipRecord* r = (*arch)->Find("views/data/0");
+  ASSERT_NE(r, nullptr);
+  z[r->data_offset + 5] ^= 0x40;
+  std::string p = dir + "/bad.pt";
+  WriteFile(p, z);
+  ConvertOptions o;
+  o.src = p;
+  o.dst = dir + "/out.ckfmt";
+  o.fsync = false;
+  auto res = convert::Run(o);
+  ASSERT_FALSE(res.ok());
+  EXPECT_NE(res.status().message().find("CRC-32"), std::string::npos) << res.status().ToString();
+  EXPECT_NE(res.status().message().find("views/data/0"), std::string::npos);
+  // Without the check the (wrong) data converts.
+  o.verify_zip_crc = false;
+  EXPECT_TRUE(convert::Run(o).ok());
+}
+
+TEST(Zip, NotAZip) {
+  std::string dir = MakeTempDir("notzip");
+  WriteFile(dir + "/x", "PK\x03\x04 but nothing else: no central directory, no end record");
+  auto f = InputFile::Open(dir + "/x");
+  ASSERT_TRUE(f.ok());
+  auto z = ZipArchive::Open(*f);
+  ASSERT_FALSE(z.ok());
+  EXPECT_NE(z.status().message().find("end-of-central-directory"), std::string::npos)
+      << z.status().ToString();
+}
+
+}  // namespace
+}  // namespace ckfmt::convert::testing

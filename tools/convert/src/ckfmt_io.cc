@@ -1,0 +1,241 @@
+// ckfmt as a source (through CheckpointReader) and as a sink (through the
+// streaming CheckpointWriter).
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "ckfmt/reader.h"
+#include "ckfmt/writer.h"
+#include "sink.h"
+
+namespace ckfmt::convert {
+namespace {
+
+class CkfmtTensorSource : public TensorSource {
+ public:
+  std::shared_ptr<CheckpointReader> reader;
+  KeyPath path;
+  std::vector<Region> piece_regions;  // for partial entries
+
+  Status Stream(uint64_t budget, const PieceFn& fn) override {
+    uint64_t numel = 1;
+    for (uint64_t d : shape) numel *= d;
+    if (numel == 0) return fn(Region::Whole(shape), 0, nullptr, 0);
+    std::vector<Region> boxes;
+    if (partial) {
+      for (const Region& r : piece_regions) {
+        if (r.NumElements()) boxes.push_back(r);
+      }
+    } else {
+      std::vector<size_t> order(shape.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      const uint64_t esize = DTypeSize(dtype);
+      CKFMT_RETURN_IF_ERROR(SplitBoxes(
+          shape, order, budget, [&](const Region& r) { return r.NumElements() * esize; },
+          [&](const Region& r) {
+            boxes.push_back(r);
+            return Status::OK();
+          }));
+    }
+    std::vector<uint8_t> bufs[2];
+    return StreamWithReadAhead(
+        boxes, 0,
+        [&](const Region& r, int slot, const uint8_t** data, uint64_t* n) -> Status {
+          bufs[slot].resize(r.NumElements() * DTypeSize(dtype));
+          CKFMT_RETURN_IF_ERROR(reader->ReadRegion(path, r, bufs[slot].data()));
+          *data = bufs[slot].data();
+          *n = bufs[slot].size();
+          return Status::OK();
+        },
+        fn);
+  }
+};
+
+struct Walker {
+  CheckpointWriter* w;
+  const SinkOptions& opts;
+  SinkStats* stats;
+
+  Status Visit(const Node& n, KeyPath& path) {
+    switch (n.kind) {
+      case Node::Kind::kNone: ++stats->scalars; return w->AddScalar(path, Value());
+      case Node::Kind::kBool: ++stats->scalars; return w->AddScalar(path, Value(n.b));
+      case Node::Kind::kInt: ++stats->scalars; return w->AddScalar(path, Value(n.i));
+      case Node::Kind::kFloat: ++stats->scalars; return w->AddScalar(path, Value(n.f));
+      case Node::Kind::kStr: ++stats->scalars; return w->AddScalar(path, Value(n.s));
+      case Node::Kind::kBytes:
+        ++stats->blobs;
+        stats->data_bytes += n.s.size();
+        return w->AddBytes(path, n.content_type, n.s.data(), n.s.size());
+      case Node::Kind::kTensor: {
+        const TensorSource& t = *n.tensor;
+        std::string key = DottedKeyPath(path);
+        CKFMT_RETURN_IF_ERROR(n.tensor->Stream(
+            opts.budget, [&](const Region& r, uint32_t rank, const void* data, uint64_t nb) {
+              CKFMT_RETURN_IF_ERROR(w->AddTensorPiece(path, t.dtype, t.shape, r, rank, data));
+              stats->data_bytes += nb;
+              if (opts.progress) opts.progress(stats->data_bytes, opts.total_bytes, key);
+              return Status::OK();
+            }));
+        for (const auto& s : t.saved_layout) CKFMT_RETURN_IF_ERROR(w->AddSavedLayout(path, s));
+        if (t.partial) CKFMT_RETURN_IF_ERROR(w->MarkPartial(path));
+        ++stats->tensors;
+        return Status::OK();
+      }
+      case Node::Kind::kDict:
+      case Node::Kind::kList: {
+        bool list = n.kind == Node::Kind::kList;
+        if (!path.empty()) {
+          CKFMT_RETURN_IF_ERROR(w->AddContainer(path, list ? EntryKind::kList : EntryKind::kDict));
+          ++stats->containers;
+        }
+        for (size_t i = 0; i < n.children.size(); ++i) {
+          if (list) path.emplace_back(static_cast<uint64_t>(i));
+          else path.emplace_back(n.children[i].first);
+          Status s = Visit(n.children[i].second, path);
+          path.pop_back();
+          CKFMT_RETURN_IF_ERROR(s);
+        }
+        return Status::OK();
+      }
+    }
+    return Status::Internal("unhandled node");
+  }
+};
+
+void CollectTyping(const Node& n, KeyPath& path, nlohmann::json& ints, nlohmann::json& tuples) {
+  if (n.kind != Node::Kind::kDict && n.kind != Node::Kind::kList) return;
+  if (!path.empty() && n.int_keys) ints.push_back(FormatKeyPath(path));
+  if (!path.empty() && n.is_tuple) tuples.push_back(FormatKeyPath(path));
+  for (size_t i = 0; i < n.children.size(); ++i) {
+    if (n.kind == Node::Kind::kList) path.emplace_back(static_cast<uint64_t>(i));
+    else path.emplace_back(n.children[i].first);
+    CollectTyping(n.children[i].second, path, ints, tuples);
+    path.pop_back();
+  }
+}
+
+}  // namespace
+
+Result<SinkStats> WriteCkfmt(const Node& root, const std::string& path, const SinkOptions& options,
+                             ConvertLog* log) {
+  if (root.kind != Node::Kind::kDict) return Status::Internal("ckfmt root must be a dict");
+  SaveOptions so;
+  so.io.staging_bytes = options.staging;
+  so.io.block_size = std::min<uint64_t>(so.io.block_size, std::max<uint64_t>(1 << 20, options.staging / 4));
+  so.fsync = options.fsync;
+  so.world_size = options.world_size;
+  so.save_mode = options.save_mode;
+  // Typing of Python containers, so that a later conversion back to
+  // torch.save restores int keys and tuples.
+  KeyPath p;
+  nlohmann::json ints = nlohmann::json::array(), tuples = nlohmann::json::array();
+  CollectTyping(root, p, ints, tuples);
+  for (const auto& kv : options.metadata) {
+    if (kv.first != kIntKeyDictsMeta && kv.first != kTuplesMeta) so.metadata.push_back(kv);
+  }
+  if (!ints.empty()) so.metadata.emplace_back(kIntKeyDictsMeta, ints.dump());
+  if (!tuples.empty()) so.metadata.emplace_back(kTuplesMeta, tuples.dump());
+  CKFMT_ASSIGN_OR_RETURN(auto w, CheckpointWriter::Create(path, so));
+  SinkStats stats;
+  Walker walker{w.get(), options, &stats};
+  KeyPath kp;
+  if (Status s = walker.Visit(root, kp); !s.ok()) {
+    w->Abort();
+    return s;
+  }
+  CKFMT_RETURN_IF_ERROR(w->Commit());
+  stats.output_bytes = w->stats().file_bytes;
+  (void)log;
+  return stats;
+}
+
+Result<Node> ReadCkfmt(const std::string& path, ConvertLog* log,
+                       std::vector<std::pair<std::string, std::string>>* metadata,
+                       uint32_t* world_size) {
+  CKFMT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> r, CheckpointReader::Open(path));
+  std::shared_ptr<CheckpointReader> reader(std::move(r));
+  const IndexRecord& index = reader->index();
+  *world_size = index.world_size;
+  for (const auto& kv : index.metadata) metadata->push_back(kv);
+  // Build through an arena keyed by path: parents always precede children.
+  std::map<KeyPath, Node*> nodes;
+  Node root = Node::Dict();
+  nodes[KeyPath{}] = &root;
+  // Children vectors must not reallocate while pointers are held: first
+  // count children, then reserve.
+  std::map<KeyPath, size_t> counts;
+  for (const auto& e : index.entries) {
+    counts[KeyPath(e.path.begin(), e.path.end() - 1)]++;
+  }
+  root.children.reserve(counts[KeyPath{}]);
+  for (const auto& e : index.entries) {
+    KeyPath parent(e.path.begin(), e.path.end() - 1);
+    auto it = nodes.find(parent);
+    if (it == nodes.end()) {
+      return Status::Corruption(path + ": " + FormatKeyPath(e.path) + " has no parent entry");
+    }
+    Node n;
+    switch (e.kind) {
+      case EntryKind::kNone: n.kind = Node::Kind::kNone; break;
+      case EntryKind::kBool: n.kind = Node::Kind::kBool; n.b = e.bool_value; break;
+      case EntryKind::kInt: n.kind = Node::Kind::kInt; n.i = e.int_value; break;
+      case EntryKind::kFloat: n.kind = Node::Kind::kFloat; n.f = e.float_value; break;
+      case EntryKind::kString: n.kind = Node::Kind::kStr; n.s = e.string_value; break;
+      case EntryKind::kDict: n = Node::Dict(); break;
+      case EntryKind::kList: n = Node::List(); break;
+      case EntryKind::kBytes: {
+        n.kind = Node::Kind::kBytes;
+        n.content_type = e.content_type;
+        if (e.partial) return Status::Unsupported(path + ": partial bytes entry " + FormatKeyPath(e.path));
+        n.s.resize(e.ByteSize());
+        CKFMT_RETURN_IF_ERROR(reader->ReadRegion(e.path, Region::Whole(e.shape), n.s.data()));
+        break;
+      }
+      case EntryKind::kTensor: {
+        auto t = std::make_shared<CkfmtTensorSource>();
+        t->reader = reader;
+        t->path = e.path;
+        t->dtype = e.dtype;
+        t->shape = e.shape;
+        t->saved_layout = e.saved_layout;
+        t->partial = e.partial;
+        for (const auto& pc : e.pieces) t->piece_regions.push_back(pc.region);
+        n.kind = Node::Kind::kTensor;
+        n.tensor = t;
+        break;
+      }
+    }
+    Node* parent_node = it->second;
+    std::string key;
+    if (const auto* k = std::get_if<std::string>(&e.path.back())) key = *k;
+    parent_node->children.emplace_back(key, std::move(n));
+    Node* self = &parent_node->children.back().second;
+    if (e.IsContainer()) {
+      self->children.reserve(counts[e.path]);
+      nodes[e.path] = self;
+    }
+  }
+  // Restore Python typing recorded by an earlier conversion.
+  auto apply = [&](const char* meta_key, bool ints) {
+    for (const auto& [k, v] : index.metadata) {
+      if (k != meta_key) continue;
+      auto j = nlohmann::json::parse(v, nullptr, false);
+      if (!j.is_array()) {
+        log->Note(path + ": metadata " + k + " is not a JSON array; ignored");
+        continue;
+      }
+      for (const auto& s : j) {
+        if (!s.is_string()) continue;
+        auto it = nodes.find(ParseKeyPath(s.get<std::string>()));
+        if (it == nodes.end()) continue;
+        if (ints) it->second->int_keys = true;
+        else it->second->is_tuple = true;
+      }
+    }
+  };
+  apply(kIntKeyDictsMeta, true);
+  apply(kTuplesMeta, false);
+  return root;
+}
+
+}  // namespace ckfmt::convert

@@ -1,0 +1,147 @@
+#include "file_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+
+namespace ckfmt::convert {
+
+Result<std::shared_ptr<InputFile>> InputFile::Open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(errno, "open " + path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    return Status::FromErrno(e, "stat " + path);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::InvalidArgument(path + ": not a regular file");
+  }
+  return std::shared_ptr<InputFile>(new InputFile(path, fd, static_cast<uint64_t>(st.st_size)));
+}
+
+InputFile::~InputFile() { ::close(fd_); }
+
+Status InputFile::ReadAt(uint64_t offset, void* dst, uint64_t n, const std::string& what) const {
+  if (offset > size_ || n > size_ - offset) {
+    return Status::Corruption(path_ + ": " + what + ": needs bytes [" + std::to_string(offset) +
+                              ", " + std::to_string(offset + n) + ") but the file has " +
+                              std::to_string(size_) + " bytes (truncated?)");
+  }
+  auto* p = static_cast<uint8_t*>(dst);
+  while (n > 0) {
+    ssize_t r = ::pread(fd_, p, n > (1u << 30) ? (1u << 30) : n, static_cast<off_t>(offset));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno(errno, "read " + path_ + " (" + what + ")");
+    }
+    if (r == 0) return Status::Corruption(path_ + ": " + what + ": unexpected end of file");
+    p += r;
+    offset += static_cast<uint64_t>(r);
+    n -= static_cast<uint64_t>(r);
+  }
+  return Status::OK();
+}
+
+Result<std::unique_ptr<OutputFile>> OutputFile::Create(const std::string& path) {
+  std::string tmp = path + ".convert-tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::FromErrno(errno, "create " + tmp);
+  return std::unique_ptr<OutputFile>(new OutputFile(path, tmp, fd));
+}
+
+OutputFile::~OutputFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!done_) ::unlink(tmp_.c_str());
+}
+
+Status OutputFile::WriteAt(uint64_t offset, const void* data, uint64_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    ssize_t r = ::pwrite(fd_, p, n > (1u << 30) ? (1u << 30) : n, static_cast<off_t>(offset));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno(errno, "write " + tmp_);
+    }
+    p += r;
+    offset += static_cast<uint64_t>(r);
+    n -= static_cast<uint64_t>(r);
+  }
+  return Status::OK();
+}
+
+Status OutputFile::ReadAt(uint64_t offset, void* dst, uint64_t n) const {
+  auto* p = static_cast<uint8_t*>(dst);
+  while (n > 0) {
+    ssize_t r = ::pread(fd_, p, n, static_cast<off_t>(offset));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno(errno, "read back " + tmp_);
+    }
+    if (r == 0) return Status::Internal("read back " + tmp_ + ": short file");
+    p += r;
+    offset += static_cast<uint64_t>(r);
+    n -= static_cast<uint64_t>(r);
+  }
+  return Status::OK();
+}
+
+Status OutputFile::Commit(bool fsync) {
+  if (fsync && ::fsync(fd_) != 0) return Status::FromErrno(errno, "fsync " + tmp_);
+  if (::close(fd_) != 0) {
+    fd_ = -1;
+    return Status::FromErrno(errno, "close " + tmp_);
+  }
+  fd_ = -1;
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    return Status::FromErrno(errno, "rename " + tmp_ + " to " + path_);
+  }
+  done_ = true;
+  if (fsync) {
+    int dfd = ::open(DirName(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      ::fsync(dfd);
+      ::close(dfd);
+    }
+  }
+  return Status::OK();
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool PathExists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+std::string JoinPath(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return name;
+  if (dir.back() == '/') return dir + name;
+  return dir + "/" + name;
+}
+
+std::string BaseName(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  size_t s = p.rfind('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+std::string DirName(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  size_t s = p.rfind('/');
+  if (s == std::string::npos) return ".";
+  if (s == 0) return "/";
+  return p.substr(0, s);
+}
+
+}  // namespace ckfmt::convert

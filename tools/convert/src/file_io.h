@@ -1,0 +1,55 @@
+// Small file helpers for the converter: positioned reads of an input and an
+// output file written with pwrite, made visible by rename when complete.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ckfmt/status.h"
+
+namespace ckfmt::convert {
+
+class InputFile {
+ public:
+  static Result<std::shared_ptr<InputFile>> Open(const std::string& path);
+  ~InputFile();
+  const std::string& path() const { return path_; }
+  uint64_t size() const { return size_; }
+  // Reads exactly `n` bytes at `offset`; a short file is Corruption naming
+  // `what` (e.g. the zip record).
+  Status ReadAt(uint64_t offset, void* dst, uint64_t n, const std::string& what) const;
+
+ private:
+  InputFile(std::string path, int fd, uint64_t size)
+      : path_(std::move(path)), fd_(fd), size_(size) {}
+  std::string path_;
+  int fd_;
+  uint64_t size_;
+};
+
+// Writes `<path>.convert-tmp.<pid>` and renames it to `path` on Commit.
+class OutputFile {
+ public:
+  static Result<std::unique_ptr<OutputFile>> Create(const std::string& path);
+  ~OutputFile();  // removes the temporary unless committed
+  Status WriteAt(uint64_t offset, const void* data, uint64_t n);
+  Status ReadAt(uint64_t offset, void* dst, uint64_t n) const;
+  Status Commit(bool fsync);
+  const std::string& path() const { return path_; }
+
+ private:
+  OutputFile(std::string path, std::string tmp, int fd)
+      : path_(std::move(path)), tmp_(std::move(tmp)), fd_(fd) {}
+  std::string path_, tmp_;
+  int fd_;
+  bool done_ = false;
+};
+
+bool IsDirectory(const std::string& path);
+bool PathExists(const std::string& path);
+std::string JoinPath(const std::string& dir, const std::string& name);
+std::string BaseName(const std::string& path);
+std::string DirName(const std::string& path);
+
+}  // namespace ckfmt::convert

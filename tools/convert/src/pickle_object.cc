@@ -1,0 +1,131 @@
+#include "pickle_object.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace ckfmt::convert::py {
+
+const char* KindName(Kind k) {
+  switch (k) {
+    case Kind::kNone: return "None";
+    case Kind::kBool: return "bool";
+    case Kind::kInt: return "int";
+    case Kind::kBigInt: return "int (beyond 64 bits)";
+    case Kind::kFloat: return "float";
+    case Kind::kStr: return "str";
+    case Kind::kBytes: return "bytes";
+    case Kind::kTuple: return "tuple";
+    case Kind::kList: return "list";
+    case Kind::kSet: return "set";
+    case Kind::kDict: return "dict";
+    case Kind::kGlobal: return "global";
+    case Kind::kCall: return "object";
+    case Kind::kInstance: return "instance";
+    case Kind::kStorage: return "storage";
+    case Kind::kTensor: return "tensor";
+  }
+  return "?";
+}
+
+const Object* Object::Attr(const std::string& name) const {
+  if (!state || state->kind != Kind::kDict) return nullptr;
+  for (const auto& [k, v] : state->dict) {
+    if (k->kind == Kind::kStr && k->s == name) return v.get();
+  }
+  return nullptr;
+}
+
+Ref Make(Kind k) {
+  auto o = std::make_shared<Object>();
+  o->kind = k;
+  return o;
+}
+Ref MakeNone() { return Make(Kind::kNone); }
+Ref MakeBool(bool v) {
+  auto o = Make(Kind::kBool);
+  o->b = v;
+  return o;
+}
+Ref MakeInt(int64_t v) {
+  auto o = Make(Kind::kInt);
+  o->i = v;
+  return o;
+}
+Ref MakeFloat(double v) {
+  auto o = Make(Kind::kFloat);
+  o->f = v;
+  return o;
+}
+Ref MakeStr(std::string v) {
+  auto o = Make(Kind::kStr);
+  o->s = std::move(v);
+  return o;
+}
+Ref MakeBytes(std::string v) {
+  auto o = Make(Kind::kBytes);
+  o->s = std::move(v);
+  return o;
+}
+
+std::string KeyOf(const Object& o) {
+  switch (o.kind) {
+    case Kind::kNone: return "N";
+    case Kind::kBool: return o.b ? "i:1" : "i:0";
+    case Kind::kInt: return "i:" + std::to_string(o.i);
+    case Kind::kFloat:
+      if (std::nearbyint(o.f) == o.f && std::fabs(o.f) < 9e18) {
+        return "i:" + std::to_string(static_cast<int64_t>(o.f));
+      } else {
+        char buf[40];
+        std::snprintf(buf, sizeof buf, "f:%.17g", o.f);
+        return buf;
+      }
+    case Kind::kStr: return "s:" + o.s;
+    case Kind::kBytes: return "b:" + o.s;
+    case Kind::kBigInt: return "I:" + o.s;
+    case Kind::kTuple: {
+      std::string k = "t:(";
+      for (const auto& it : o.items) k += KeyOf(*it) + ",";
+      return k + ")";
+    }
+    default: {
+      char buf[40];
+      std::snprintf(buf, sizeof buf, "@%p", static_cast<const void*>(&o));
+      return buf;
+    }
+  }
+}
+
+std::string Describe(const Object& o) {
+  switch (o.kind) {
+    case Kind::kInt: return "int " + std::to_string(o.i);
+    case Kind::kStr: return "str '" + o.s.substr(0, 40) + (o.s.size() > 40 ? "...'" : "'");
+    case Kind::kGlobal: return "global " + o.GlobalName();
+    case Kind::kInstance: return "instance of " + o.GlobalName();
+    case Kind::kCall:
+      return "object built by " + (o.callable ? Describe(*o.callable) : std::string("?"));
+    default: return KindName(o.kind);
+  }
+}
+
+bool ContainsDisallowed(const Object& o, std::string* name, int depth) {
+  if (depth > 1000) return false;
+  if (o.kind == Kind::kGlobal && o.disallowed) {
+    if (name) *name = o.GlobalName();
+    return true;
+  }
+  for (const auto& it : o.items) {
+    if (it && ContainsDisallowed(*it, name, depth + 1)) return true;
+  }
+  for (const auto& [k, v] : o.dict) {
+    if (ContainsDisallowed(*k, name, depth + 1) || ContainsDisallowed(*v, name, depth + 1)) {
+      return true;
+    }
+  }
+  for (const Ref* r : {&o.callable, &o.args, &o.state}) {
+    if (*r && ContainsDisallowed(**r, name, depth + 1)) return true;
+  }
+  return false;
+}
+
+}  // namespace ckfmt::convert::py

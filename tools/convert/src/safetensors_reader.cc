@@ -1,0 +1,347 @@
+#include "safetensors_reader.h"
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "file_io.h"
+
+namespace ckfmt::convert {
+namespace {
+
+using json = nlohmann::ordered_json;
+constexpr uint64_t kMaxHeader = 100ull << 20;
+
+struct StDType {
+  const char* name;
+  DType dtype;
+};
+constexpr StDType kStDTypes[] = {
+    {"F64", DType::kF64}, {"F32", DType::kF32}, {"F16", DType::kF16}, {"BF16", DType::kBF16},
+    {"F8_E4M3", DType::kF8E4M3FN}, {"F8_E5M2", DType::kF8E5M2}, {"I64", DType::kI64},
+    {"I32", DType::kI32}, {"I16", DType::kI16}, {"I8", DType::kI8}, {"U8", DType::kU8},
+    {"BOOL", DType::kBool}, {"C64", DType::kC64}, {"U16", DType::kU16}, {"U32", DType::kU32},
+    {"U64", DType::kU64},
+};
+
+struct StTensor {
+  std::string key;
+  DType dtype;
+  Shape shape;
+  uint64_t begin, end;
+};
+
+// Parses JSON refusing duplicate keys in any object.
+Result<json> ParseStrict(const std::string& text, const std::string& where) {
+  std::vector<std::set<std::string>> seen;
+  std::string dup;
+  json::parser_callback_t cb = [&](int depth, json::parse_event_t ev, json& parsed) {
+    if (ev == json::parse_event_t::object_start) {
+      seen.emplace_back();
+    } else if (ev == json::parse_event_t::object_end) {
+      if (!seen.empty()) seen.pop_back();
+    } else if (ev == json::parse_event_t::key && !seen.empty()) {
+      std::string k = parsed.get<std::string>();
+      if (!seen.back().insert(k).second && dup.empty()) dup = k;
+    }
+    (void)depth;
+    return true;
+  };
+  json j = json::parse(text, cb, /*allow_exceptions=*/false);
+  if (!dup.empty()) {
+    return Status::Corruption(where + ": key \"" + dup + "\" appears twice in the header");
+  }
+  if (j.is_discarded()) return Status::Corruption(where + ": header is not valid JSON");
+  return j;
+}
+
+Result<std::vector<StTensor>> ParseHeader(const std::string& path, const std::string& header,
+                                          uint64_t data_len, Metadata* metadata) {
+  CKFMT_ASSIGN_OR_RETURN(json j, ParseStrict(header, path));
+  if (!j.is_object()) return Status::Corruption(path + ": header is not a JSON object");
+  std::vector<StTensor> out;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& key = it.key();
+    const json& v = it.value();
+    std::string where = path + ": tensor \"" + key + "\"";
+    if (key == "__metadata__") {
+      if (!v.is_object()) return Status::Corruption(path + ": __metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string()) {
+          return Status::Corruption(path + ": __metadata__ value for \"" + m.key() +
+                                    "\" is not a string");
+        }
+        if (metadata) metadata->emplace_back(m.key(), m.value().get<std::string>());
+      }
+      continue;
+    }
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+        !v.contains("data_offsets")) {
+      return Status::Corruption(where + ": needs dtype, shape and data_offsets");
+    }
+    if (!v["dtype"].is_string()) return Status::Corruption(where + ": dtype is not a string");
+    std::string dn = v["dtype"].get<std::string>();
+    const StDType* dt = nullptr;
+    for (const auto& d : kStDTypes) {
+      if (dn == d.name) dt = &d;
+    }
+    if (!dt) return Status::Unsupported(where + ": unknown dtype \"" + dn + "\"");
+    StTensor t{key, dt->dtype, {}, 0, 0};
+    if (!v["shape"].is_array()) return Status::Corruption(where + ": shape is not an array");
+    for (const auto& d : v["shape"]) {
+      if (!d.is_number_unsigned()) return Status::Corruption(where + ": shape holds " + d.dump());
+      t.shape.push_back(d.get<uint64_t>());
+    }
+    const json& off = v["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+        !off[1].is_number_unsigned()) {
+      return Status::Corruption(where + ": data_offsets is not [begin, end]");
+    }
+    t.begin = off[0].get<uint64_t>();
+    t.end = off[1].get<uint64_t>();
+    auto numel = NumElements(t.shape);
+    Result<uint64_t> bytes = numel.ok() ? CheckedBytes(*numel, DTypeSize(t.dtype)) : numel;
+    if (!bytes.ok()) return Status::Corruption(where + ": shape overflows 64 bits");
+    if (t.end < t.begin || t.end - t.begin != *bytes) {
+      return Status::Corruption(where + ": data_offsets [" + std::to_string(t.begin) + ", " +
+                                std::to_string(t.end) + ") hold " +
+                                std::to_string(t.end - std::min(t.end, t.begin)) +
+                                " bytes but dtype and shape need " + std::to_string(*bytes));
+    }
+    if (t.end > data_len) {
+      return Status::Corruption(where + ": data_offsets end " + std::to_string(t.end) +
+                                " lies past the " + std::to_string(data_len) +
+                                "-byte data section (truncated or lying header)");
+    }
+    out.push_back(std::move(t));
+  }
+  std::vector<const StTensor*> sorted;
+  for (const auto& t : out) {
+    if (t.end > t.begin) sorted.push_back(&t);
+  }
+  std::sort(sorted.begin(), sorted.end(),
+            [](const StTensor* a, const StTensor* b) { return a->begin < b->begin; });
+  for (size_t i = 1; i < sorted.size(); ++i) {
+    if (sorted[i]->begin < sorted[i - 1]->end) {
+      return Status::Corruption(path + ": tensors \"" + sorted[i - 1]->key + "\" and \"" +
+                                sorted[i]->key + "\" overlap in the data section");
+    }
+  }
+  return out;
+}
+
+struct OpenedFile {
+  std::shared_ptr<InputFile> file;
+  uint64_t data_start = 0;
+  std::vector<StTensor> tensors;
+};
+
+Result<OpenedFile> OpenSt(const std::string& path, Metadata* metadata) {
+  OpenedFile f;
+  CKFMT_ASSIGN_OR_RETURN(f.file, InputFile::Open(path));
+  uint8_t lenb[8];
+  CKFMT_RETURN_IF_ERROR(f.file->ReadAt(0, lenb, 8, "header length"));
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | lenb[i];
+  if (hlen > kMaxHeader) {
+    return Status::Corruption(path + ": header length " + std::to_string(hlen) +
+                              " exceeds the 100 MiB limit");
+  }
+  if (hlen > f.file->size() - 8) {
+    return Status::Corruption(path + ": header length " + std::to_string(hlen) +
+                              " runs past the end of the file (truncated?)");
+  }
+  std::string header(hlen, '\0');
+  CKFMT_RETURN_IF_ERROR(f.file->ReadAt(8, header.data(), hlen, "header"));
+  f.data_start = 8 + hlen;
+  CKFMT_ASSIGN_OR_RETURN(f.tensors,
+                         ParseHeader(path, header, f.file->size() - f.data_start, metadata));
+  return f;
+}
+
+Result<std::shared_ptr<TensorSource>> MakeSource(const OpenedFile& f, const StTensor& t) {
+  std::vector<uint64_t> stride(t.shape.size(), 1);
+  for (size_t d = t.shape.size(); d-- > 1;) stride[d - 1] = stride[d] * t.shape[d];
+  uint64_t base = f.data_start + t.begin;
+  auto file = f.file;
+  std::string where = f.file->path() + ": tensor \"" + t.key + "\"";
+  CKFMT_ASSIGN_OR_RETURN(auto s, StridedTensorSource::Create(
+                                     t.dtype, t.shape, stride, 0, t.end - t.begin,
+                                     [file, base, where](uint64_t off, void* dst, uint64_t n) {
+                                       return file->ReadAt(base + off, dst, n, where);
+                                     },
+                                     where));
+  return s;
+}
+
+// Places leaves by dotted key (split) or flat; falls back to flat on a
+// conflict such as "a" and "a.b" both being tensors.
+Node Place(std::vector<std::pair<std::string, Node>> leaves, bool split, ConvertLog* log,
+           const std::string& where) {
+  if (split) {
+    Node root = Node::Dict();
+    bool ok = true;
+    for (auto& [key, leaf] : leaves) {
+      Node* cur = &root;
+      size_t start = 0;
+      for (;;) {
+        size_t dot = key.find('.', start);
+        std::string part = key.substr(start, dot == std::string::npos ? dot : dot - start);
+        Node* next = cur->Child(part);
+        if (dot == std::string::npos) {
+          if (next) ok = false;
+          else cur->children.emplace_back(part, leaf);
+          break;
+        }
+        if (!next) {
+          cur->children.emplace_back(part, Node::Dict());
+          next = &cur->children.back().second;
+        } else if (next->kind != Node::Kind::kDict) {
+          ok = false;
+          break;
+        }
+        cur = next;
+        start = dot + 1;
+      }
+      if (!ok) break;
+    }
+    if (ok) return root;
+    log->Note(where + ": keys conflict when split on '.' (a key is also a prefix of another); "
+              "kept as flat keys");
+  }
+  Node root = Node::Dict();
+  for (auto& [key, leaf] : leaves) root.children.emplace_back(key, std::move(leaf));
+  return root;
+}
+
+}  // namespace
+
+std::string SafetensorsDTypeName(DType t) {
+  for (const auto& d : kStDTypes) {
+    if (d.dtype == t) return d.name;
+  }
+  return "";
+}
+
+bool LooksLikeSafetensors(const uint8_t* p, size_t n, uint64_t file_size) {
+  if (n < 9) return false;
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | p[i];
+  return hlen >= 2 && hlen <= kMaxHeader && hlen <= file_size - 8 && p[8] == '{';
+}
+
+std::string ShardedIndexPath(const std::string& path) {
+  if (IsDirectory(path)) {
+    std::string p = JoinPath(path, "model.safetensors.index.json");
+    if (PathExists(p)) return p;
+    return "";
+  }
+  const std::string suffix = ".safetensors.index.json";
+  if (path.size() >= suffix.size() &&
+      path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    return path;
+  }
+  return "";
+}
+
+Result<Node> ReadSafetensors(const std::string& path, const SafetensorsReadOptions& options,
+                             ConvertLog* log, Metadata* metadata) {
+  CKFMT_ASSIGN_OR_RETURN(OpenedFile f, OpenSt(path, metadata));
+  std::vector<std::pair<std::string, Node>> leaves;
+  for (const auto& t : f.tensors) {
+    Node n;
+    n.kind = Node::Kind::kTensor;
+    CKFMT_ASSIGN_OR_RETURN(n.tensor, MakeSource(f, t));
+    leaves.emplace_back(t.key, std::move(n));
+  }
+  return Place(std::move(leaves), options.split_dotted, log, path);
+}
+
+Result<Node> ReadSafetensorsSharded(const std::string& path,
+                                    const SafetensorsReadOptions& options, ConvertLog* log,
+                                    Metadata* metadata) {
+  std::string index_path = ShardedIndexPath(path);
+  if (index_path.empty()) index_path = path;
+  CKFMT_ASSIGN_OR_RETURN(auto f, InputFile::Open(index_path));
+  if (f->size() > kMaxHeader) return Status::Unsupported(index_path + ": index over 100 MiB");
+  std::string text(f->size(), '\0');
+  CKFMT_RETURN_IF_ERROR(f->ReadAt(0, text.data(), text.size(), "index"));
+  CKFMT_ASSIGN_OR_RETURN(json j, ParseStrict(text, index_path));
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
+    return Status::Corruption(index_path + ": no weight_map object");
+  }
+  if (j.contains("metadata") && j["metadata"].is_object()) {
+    for (auto m = j["metadata"].begin(); m != j["metadata"].end(); ++m) {
+      metadata->emplace_back(m.key(), m.value().is_string() ? m.value().get<std::string>()
+                                                            : m.value().dump());
+    }
+  }
+  std::string dir = DirName(index_path);
+  std::map<std::string, std::string> key_file;
+  std::vector<std::string> shard_order;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    if (!it.value().is_string()) {
+      return Status::Corruption(index_path + ": weight_map[\"" + it.key() + "\"] is not a string");
+    }
+    std::string file = it.value().get<std::string>();
+    if (file.find('/') != std::string::npos || file.find("..") != std::string::npos) {
+      return Status::Corruption(index_path + ": refusing shard path \"" + file + "\"");
+    }
+    key_file[it.key()] = file;
+    if (std::find(shard_order.begin(), shard_order.end(), file) == shard_order.end()) {
+      shard_order.push_back(file);
+    }
+  }
+  std::map<std::string, std::pair<std::shared_ptr<OpenedFile>, const StTensor*>> found;
+  std::vector<std::shared_ptr<OpenedFile>> opened;
+  std::set<std::string> meta_keys;
+  for (const auto& [k, v] : *metadata) meta_keys.insert(k);
+  for (const auto& shard : shard_order) {
+    Metadata shard_meta;
+    CKFMT_ASSIGN_OR_RETURN(OpenedFile of, OpenSt(JoinPath(dir, shard), &shard_meta));
+    for (auto& kv : shard_meta) {
+      if (meta_keys.insert(kv.first).second) metadata->push_back(kv);
+    }
+    auto sp = std::make_shared<OpenedFile>(std::move(of));
+    opened.push_back(sp);
+    for (const auto& t : sp->tensors) {
+      auto [it, fresh] = found.emplace(t.key, std::make_pair(sp, &t));
+      if (!fresh) {
+        return Status::Corruption(index_path + ": tensor \"" + t.key + "\" is in two shards (" +
+                                  it->second.first->file->path() + " and " + shard + ")");
+      }
+      auto kf = key_file.find(t.key);
+      if (kf == key_file.end()) {
+        log->Note(t.key + ": in shard " + shard + " but not in the weight_map; included");
+      } else if (kf->second != shard) {
+        return Status::Corruption(index_path + ": weight_map puts \"" + t.key + "\" in " +
+                                  kf->second + " but it is in " + shard);
+      }
+    }
+  }
+  std::vector<std::pair<std::string, Node>> leaves;
+  std::set<std::string> placed;
+  auto add = [&](const std::string& key) -> Status {
+    auto it = found.find(key);
+    if (it == found.end()) {
+      return Status::Corruption(index_path + ": tensor \"" + key + "\" is listed in the weight_map "
+                                "but missing from " + key_file[key]);
+    }
+    if (!placed.insert(key).second) return Status::OK();
+    Node n;
+    n.kind = Node::Kind::kTensor;
+    CKFMT_ASSIGN_OR_RETURN(n.tensor, MakeSource(*it->second.first, *it->second.second));
+    leaves.emplace_back(key, std::move(n));
+    return Status::OK();
+  };
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    CKFMT_RETURN_IF_ERROR(add(it.key()));
+  }
+  for (const auto& sp : opened) {
+    for (const auto& t : sp->tensors) CKFMT_RETURN_IF_ERROR(add(t.key));
+  }
+  return Place(std::move(leaves), options.split_dotted, log, index_path);
+}
+
+}  // namespace ckfmt::convert

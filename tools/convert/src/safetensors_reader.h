@@ -1,0 +1,37 @@
+// safetensors files and sharded safetensors repos. Headers are checked
+// strictly: duplicate keys, unknown dtypes, shapes that disagree with the
+// byte ranges, ranges out of bounds or overlapping are refused.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ckfmt/status.h"
+#include "tree.h"
+
+namespace ckfmt::convert {
+
+struct SafetensorsReadOptions {
+  bool split_dotted = true;  // "a.b.c" -> nested dicts a/b/c
+};
+
+using Metadata = std::vector<std::pair<std::string, std::string>>;
+
+Result<Node> ReadSafetensors(const std::string& path, const SafetensorsReadOptions& options,
+                             ConvertLog* log, Metadata* metadata);
+
+// `path` is model.safetensors.index.json or a directory holding it.
+Result<Node> ReadSafetensorsSharded(const std::string& path,
+                                    const SafetensorsReadOptions& options, ConvertLog* log,
+                                    Metadata* metadata);
+
+// The safetensors dtype name for a ckfmt dtype ("F32", "F8_E4M3", ...).
+std::string SafetensorsDTypeName(DType t);
+
+// True if the first bytes look like a safetensors file.
+bool LooksLikeSafetensors(const uint8_t* p, size_t n, uint64_t file_size);
+
+std::string ShardedIndexPath(const std::string& path);  // "" if none
+
+}  // namespace ckfmt::convert

@@ -1,0 +1,126 @@
+// The converter's neutral model of a checkpoint: a tree of values whose
+// tensors are read lazily, piece by piece, from the source file. Every
+// reader builds one; every writer consumes one.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ckfmt/dtype.h"
+#include "ckfmt/index.h"
+#include "ckfmt/key_path.h"
+#include "ckfmt/region.h"
+#include "ckfmt/status.h"
+#include "pickle_object.h"
+
+namespace ckfmt::convert {
+
+// Receives one piece of a tensor: `region` (a box in the tensor's
+// coordinates) and its row-major stream; `data` is valid during the call.
+using PieceFn = std::function<Status(const Region& region, uint32_t rank, const void* data,
+                                     uint64_t nbytes)>;
+
+class TensorSource {
+ public:
+  virtual ~TensorSource() = default;
+  DType dtype = DType::kU8;
+  Shape shape;
+  std::vector<ShardRecord> saved_layout;  // where the data lived at save time
+  bool partial = false;                   // pieces need not cover the tensor
+  // Emits pieces that together cover the tensor exactly once, each holding
+  // at most about `budget` bytes (a single element may exceed it).
+  virtual Status Stream(uint64_t budget, const PieceFn& fn) = 0;
+  uint64_t nbytes() const;
+};
+
+// Reads bytes [offset, offset + n) of a storage.
+using StorageReadFn = std::function<Status(uint64_t offset, void* dst, uint64_t n)>;
+
+// A tensor that views a storage with an element offset and strides (torch's
+// layout): views, slices, transposes and expanded tensors are materialized
+// into row-major pieces. Reads only the storage span each piece needs.
+class StridedTensorSource : public TensorSource {
+ public:
+  // `where` names the tensor in messages. Checks that every element lies in
+  // the storage's `storage_bytes`.
+  static Result<std::shared_ptr<TensorSource>> Create(
+      DType dtype, Shape shape, std::vector<uint64_t> stride, uint64_t offset,
+      uint64_t storage_bytes, StorageReadFn read, std::string where);
+  Status Stream(uint64_t budget, const PieceFn& fn) override;
+  uint32_t rank = 0;
+
+ private:
+  std::vector<uint64_t> stride_;
+  uint64_t offset_ = 0;
+  StorageReadFn read_;
+  std::string where_;
+};
+
+// Loads `box` into buffer `slot` (0 or 1) and returns its row-major stream.
+using LoadFn = std::function<Status(const Region& box, int slot, const uint8_t** data,
+                                    uint64_t* nbytes)>;
+// Calls load for each box and fn with the result, loading box i+1 on a
+// second thread while fn consumes box i (at most two boxes in memory).
+Status StreamWithReadAhead(const std::vector<Region>& boxes, uint32_t rank, const LoadFn& load,
+                           const PieceFn& fn);
+
+// Splits a tensor of `shape` into boxes for which cost(box) <= budget where
+// possible, splitting dimensions in `order` (most significant first), and
+// calls emit for each in order.
+Status SplitBoxes(const Shape& shape, const std::vector<size_t>& order, uint64_t budget,
+                  const std::function<uint64_t(const Region&)>& cost,
+                  const std::function<Status(const Region&)>& emit);
+
+struct Node {
+  enum class Kind { kNone, kBool, kInt, kFloat, kStr, kBytes, kTensor, kDict, kList };
+  Kind kind = Kind::kNone;
+  bool b = false;
+  int64_t i = 0;
+  double f = 0;
+  std::string s;             // kStr; kBytes: the blob
+  std::string content_type;  // kBytes
+  std::shared_ptr<TensorSource> tensor;
+  std::vector<std::pair<std::string, Node>> children;  // kDict: keys; kList: keys unused
+  bool int_keys = false;     // kDict whose keys were Python ints (optimizer state)
+  bool is_tuple = false;     // kList that was a Python tuple
+
+  static Node Dict() { Node n; n.kind = Kind::kDict; return n; }
+  static Node List() { Node n; n.kind = Kind::kList; return n; }
+  // Child of a dict by key (nullptr if absent).
+  Node* Child(const std::string& key);
+};
+
+// Notes and dropped entries collected along the way.
+struct ConvertLog {
+  std::vector<std::pair<std::string, std::string>> dropped;  // (key, reason)
+  std::vector<std::string> notes;
+  void Note(const std::string& n) {
+    if (notes.size() < 200) notes.push_back(n);
+  }
+};
+
+struct PyToTreeOptions {
+  bool allow_opaque = false;
+  std::string where;
+  std::function<Result<std::shared_ptr<TensorSource>>(const py::TensorRef&, const std::string& key)>
+      make_tensor;
+};
+
+// Converts an unpickled object into a tree value. Python dicts, lists,
+// tuples and sets become dicts and lists; non-string keys become strings
+// (int keys are remembered); symbolic objects become opaque "pickle" bytes
+// when allowed.
+Result<Node> PyToTree(const py::Ref& obj, const PyToTreeOptions& options, ConvertLog* log,
+                      const std::string& key = "");
+
+// Sum of the tensor (and blob) bytes below `n`.
+uint64_t TreeBytes(const Node& n);
+
+// The dotted name of a path below the root for messages.
+std::string JoinKey(const std::string& parent, const std::string& child);
+
+}  // namespace ckfmt::convert
