@@ -16,7 +16,8 @@ class AsyncSaver::Impl {
  public:
   explicit Impl(const AsyncSaverOptions& o) : opts_(o), pool_(o.copy_threads) {}
   ~Impl() {
-    if (auto r = Join(); !r.ok() && r.status().code() != StatusCode::kNotFound) {
+    auto r = Join();
+    if (!reported_ && !r.ok() && r.status().code() != StatusCode::kNotFound) {
       Log(LogLevel::kError, "background save failed: " + r.status().ToString());
     }
   }
@@ -30,14 +31,16 @@ class AsyncSaver::Impl {
                                " is still running");
       }
     }
-    // The previous save's failure is reported before anything new starts.
-    if (auto r = Join(); !r.ok() && r.status().code() != StatusCode::kNotFound) {
-      result_ = Status::NotFound("no save has completed since the failure was reported");
-      return r.status().WithContext("previous background save failed");
+    // The previous save's failure is reported (once) before anything new starts.
+    auto previous = Join();
+    if (!reported_ && !previous.ok() && previous.status().code() != StatusCode::kNotFound) {
+      reported_ = true;
+      return previous.status().WithContext("previous background save failed");
     }
     CKFMT_ASSIGN_OR_RETURN(Value snapshot, Snapshot(sd, path));
     in_flight_path_ = path;
     running_ = true;
+    reported_ = false;
     worker_ = std::thread([this, path, options, snap = std::move(snapshot)]() mutable {
       Result<WriteStats> r = Save(path, snap, options);
       std::lock_guard<std::mutex> lock(mu_);
@@ -52,6 +55,12 @@ class AsyncSaver::Impl {
     if (worker_.joinable()) worker_.join();
     std::lock_guard<std::mutex> lock(mu_);
     return result_;
+  }
+
+  Result<WriteStats> Wait() {
+    auto r = Join();
+    reported_ = true;
+    return r;
   }
 
   bool busy() const { return running_; }
@@ -137,6 +146,7 @@ class AsyncSaver::Impl {
   std::mutex mu_;
   Result<WriteStats> result_ = Status::NotFound("no save has been started");
   std::atomic<bool> running_{false};
+  bool reported_ = true;  // the last result was returned by Wait() or SaveAsync()
   std::string in_flight_path_;
   double blocked_ = 0;
 };
@@ -146,7 +156,7 @@ AsyncSaver::~AsyncSaver() = default;
 Status AsyncSaver::SaveAsync(const std::string& path, const Value& sd, const SaveOptions& o) {
   return impl_->SaveAsync(path, sd, o);
 }
-Result<WriteStats> AsyncSaver::Wait() { return impl_->Join(); }
+Result<WriteStats> AsyncSaver::Wait() { return impl_->Wait(); }
 bool AsyncSaver::busy() const { return impl_->busy(); }
 double AsyncSaver::last_blocked_seconds() const { return impl_->blocked(); }
 

@@ -159,8 +159,11 @@ Status ReadCached(const File& file, const std::map<uint64_t, ChunkTask>& tasks,
 
 Status ReadSession::SetUpIo() {
   if (io_) return Status::OK();
-  block_ = AlignUp(std::max<uint64_t>(options_.io.block_size, kAlignment));
-  const size_t nslots = std::max<size_t>(2, options_.io.staging_bytes / block_);
+  // No more staging than the file could fill: small files stay cheap.
+  CKFMT_ASSIGN_OR_RETURN(uint64_t size, file_.Size());
+  block_ = AlignUp(std::clamp<uint64_t>(options_.io.block_size, kAlignment, AlignUp(size)));
+  const size_t nslots = std::clamp<size_t>(options_.io.staging_bytes / block_, 2,
+                                           std::max<uint64_t>(2, size / block_ + 1));
   try {
     for (size_t i = 0; i < nslots; ++i) slots_.emplace_back(block_);
   } catch (const std::bad_alloc&) {
@@ -179,7 +182,8 @@ Status ReadSession::Read(const std::vector<ReadTarget>& targets, ThreadPool& poo
     CKFMT_ASSIGN_OR_RETURN(uint64_t size, file_.Size());
     if (CachedFraction(file_, size) > 0.5) {
       if (buffered_.fd() < 0) {
-        CKFMT_ASSIGN_OR_RETURN(buffered_, File::OpenRead(file_.path(), /*direct=*/false));
+        // The same inode as the validated file, not whatever the path names now.
+        CKFMT_ASSIGN_OR_RETURN(buffered_, file_.Reopen(/*direct=*/false));
       }
       return ReadCached(buffered_, tasks, options_, pool, bytes_read);
     }

@@ -23,15 +23,20 @@ Tensor Tensor::Owning(DType dtype, Shape shape, void* data, std::shared_ptr<void
   return t;
 }
 
-Tensor Tensor::Zeros(DType dtype, Shape shape) {
+Tensor Tensor::Empty(DType dtype, Shape shape) {
   uint64_t bytes = DTypeSize(dtype);
   for (uint64_t d : shape) bytes *= d;
   size_t alloc = (bytes + 63) / 64 * 64;
   void* p = alloc ? std::aligned_alloc(64, alloc) : nullptr;
   if (alloc && !p) throw std::bad_alloc();
-  if (p) std::memset(p, 0, alloc);
   std::shared_ptr<void> owner(p, [](void* q) { std::free(q); });
   return Owning(dtype, std::move(shape), p, std::move(owner));
+}
+
+Tensor Tensor::Zeros(DType dtype, Shape shape) {
+  Tensor t = Empty(dtype, std::move(shape));
+  if (t.data()) std::memset(t.data(), 0, t.nbytes());
+  return t;
 }
 
 Tensor& Tensor::SetShard(ShardSpec spec) {
@@ -46,7 +51,7 @@ Allocator HostAllocator() {
     auto bytes = CheckedBytes(*numel, DTypeSize(dtype));
     if (!bytes.ok()) return bytes.status();
     try {
-      return Tensor::Zeros(dtype, shape);
+      return Tensor::Empty(dtype, shape);
     } catch (const std::bad_alloc&) {
       return Status::IOError("cannot allocate " + std::to_string(*bytes) + " bytes");
     }

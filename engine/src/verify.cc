@@ -40,9 +40,12 @@ class ChunkCheck {
     decoded_ = 0;
     frame_done_ = false;
     decode_error_.clear();
+    whole_.clear();
   }
   void Update(const uint8_t* p, size_t n) {
     XXH3_64bits_update(xxh_, p, n);
+    // Byte planes decode only as a whole chunk (at most kMaxChunkRawSize).
+    if (chunk_->codec == uint8_t(Codec::kBytePlaneZstd)) whole_.insert(whole_.end(), p, p + n);
     if (chunk_->codec != uint8_t(Codec::kZstd) || !decode_error_.empty()) return;
     ZSTD_inBuffer in{p, n, 0};
     while (in.pos < in.size) {
@@ -74,6 +77,11 @@ class ChunkCheck {
       return buf;
     }
     if (!IsKnownCodec(chunk_->codec)) return "unknown codec id " + std::to_string(chunk_->codec);
+    if (chunk_->codec == uint8_t(Codec::kBytePlaneZstd)) {
+      raw_.resize(chunk_->raw_size);
+      Status s = DecodeChunk(chunk_->codec, whole_.data(), whole_.size(), raw_.data(), raw_.size());
+      return s.ok() ? "" : s.message();
+    }
     if (chunk_->codec == uint8_t(Codec::kZstd)) {
       if (!decode_error_.empty()) return decode_error_;
       if (!frame_done_ || decoded_ != chunk_->raw_size) {
@@ -88,6 +96,7 @@ class ChunkCheck {
   XXH3_state_t* xxh_;
   ZSTD_DCtx* dctx_;
   std::vector<uint8_t> sink_;
+  std::vector<uint8_t> whole_, raw_;  // byte-plane chunks: stored and decoded
   const ChunkRecord* chunk_ = nullptr;
   uint64_t decoded_ = 0;
   bool frame_done_ = false;
@@ -102,6 +111,7 @@ class Verifier {
   Status Run();
 
  private:
+  Status Check();
   void Problem(StatusCode code, const std::string& where, const std::string& message) {
     report_.problems.push_back({code, where, message});
   }
@@ -170,8 +180,12 @@ void Verifier::Scan(const uint8_t* p, uint64_t offset, size_t n) {
 
 // Reads [kHeaderSize, end) in order through the staging slots.
 Status Verifier::ScanDataRegion(uint64_t end) {
-  const uint64_t block = AlignUp(std::max<uint64_t>(opts_.io.block_size, kAlignment));
-  size_t nslots = std::max<size_t>(2, opts_.io.staging_bytes / block);
+  // No more staging than the data region could fill: small files stay cheap.
+  const uint64_t span = end - kHeaderSize;
+  const uint64_t block =
+      AlignUp(std::clamp<uint64_t>(opts_.io.block_size, kAlignment, std::max(span, kAlignment)));
+  size_t nslots =
+      std::clamp<size_t>(opts_.io.staging_bytes / block, 2, std::max<uint64_t>(2, span / block + 1));
   std::vector<AlignedBuffer> slots;
   for (size_t i = 0; i < nslots; ++i) slots.emplace_back(block);
   auto io = BlockIo::Create(file_, opts_.io, slots);
@@ -211,6 +225,12 @@ Status Verifier::ScanDataRegion(uint64_t end) {
 }
 
 Status Verifier::Run() {
+  Status s = Check();
+  if (s.ok() && opts_.progress) opts_.progress(report_.file_size, report_.file_size);
+  return s;
+}
+
+Status Verifier::Check() {
   const std::string& path = file_.path();
   const uint64_t size = report_.file_size;
   AlignedBuffer block(kAlignment);

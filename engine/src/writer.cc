@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -30,15 +31,17 @@ class CheckpointWriter::Impl {
                   size_t size);
   Status AddTensorPiece(const KeyPath& path, DType dtype, const Shape& shape, const Region& region,
                         uint32_t rank, const void* data);
-  Result<EntryRecord*> FindTensor(const KeyPath& path);
+  Status AddSavedLayout(const KeyPath& path, ShardRecord shard);
+  Status MarkPartial(const KeyPath& path);
   Status Commit();
+  // Records the first error of any call; later calls and Commit() refuse.
+  Status Guard(Status s);
   void Abort();
   const WriteStats& stats() const { return stats_; }
 
  private:
   Status CheckUsable() const;
-  // Fails (and poisons the writer) on error.
-  Status Guard(Status s);
+  Result<EntryRecord*> FindTensor(const KeyPath& path);
   Result<EntryRecord*> NewEntry(const KeyPath& path, EntryKind kind);
   // Streams `size` bytes as chunks of `chunk_raw` bytes into `piece`.
   Status WriteChunks(const uint8_t* data, uint64_t size, uint64_t chunk_raw, size_t element_size,
@@ -97,8 +100,30 @@ Status CheckpointWriter::Impl::CheckUsable() const {
 }
 
 Status CheckpointWriter::Impl::Guard(Status s) {
-  if (!s.ok() && failed_.ok()) failed_ = s;
+  // "Already committed" is about the call, not the checkpoint.
+  if (!s.ok() && failed_.ok() && !done_) failed_ = s;
   return s;
+}
+
+Status CheckpointWriter::Impl::AddSavedLayout(const KeyPath& p, ShardRecord shard) {
+  CKFMT_ASSIGN_OR_RETURN(EntryRecord * e, FindTensor(p));
+  if (shard.rank >= opts_.world_size) {
+    return Status::InvalidArgument(path_ + ": " + FormatKeyPath(p) + ": saved layout names rank " +
+                                   std::to_string(shard.rank) + " but the world size is " +
+                                   std::to_string(opts_.world_size));
+  }
+  if (Status s = ValidateRegion(shard.region, e->shape); !s.ok()) {
+    return Status::InvalidArgument(path_ + ": " + FormatKeyPath(p) + ": saved layout: " +
+                                   s.message());
+  }
+  e->saved_layout.push_back(std::move(shard));
+  return Status::OK();
+}
+
+Status CheckpointWriter::Impl::MarkPartial(const KeyPath& p) {
+  CKFMT_ASSIGN_OR_RETURN(EntryRecord * e, FindTensor(p));
+  e->partial = true;
+  return Status::OK();
 }
 
 Result<EntryRecord*> CheckpointWriter::Impl::NewEntry(const KeyPath& path, EntryKind kind) {
@@ -156,9 +181,8 @@ Status CheckpointWriter::Impl::AddBytes(const KeyPath& path, const std::string& 
   e->shape = {size};
   size_t pos = entry_pos_[path];
   PieceRecord piece{0, Region::Whole(e->shape), {}};
-  CKFMT_RETURN_IF_ERROR(Guard(WriteChunks(static_cast<const uint8_t*>(data), size,
-                                          std::min(opts_.chunk_size, kMaxChunkRawSize), 1,
-                                          &piece)));
+  CKFMT_RETURN_IF_ERROR(WriteChunks(static_cast<const uint8_t*>(data), size,
+                                    std::min(opts_.chunk_size, kMaxChunkRawSize), 1, &piece));
   index_.entries[pos].pieces.push_back(std::move(piece));
   return Status::OK();
 }
@@ -174,6 +198,11 @@ Status CheckpointWriter::Impl::AddTensorPiece(const KeyPath& path, DType dtype, 
   auto numel = NumElements(shape);
   if (!numel.ok() || !CheckedBytes(*numel, DTypeSize(dtype)).ok()) {
     return Status::InvalidArgument(where + ": tensor size overflows 64 bits");
+  }
+  if (rank >= opts_.world_size) {
+    return Status::InvalidArgument(where + ": piece from rank " + std::to_string(rank) +
+                                   " but the save's world size is " +
+                                   std::to_string(opts_.world_size));
   }
   if (!data && region.NumElements() > 0) {
     return Status::InvalidArgument(where + ": piece " + region.ToString() + " has no data");
@@ -193,11 +222,20 @@ Status CheckpointWriter::Impl::AddTensorPiece(const KeyPath& path, DType dtype, 
     pos = index_.entries.size() - 1;
   }
   const uint64_t esize = DTypeSize(dtype);
-  uint64_t chunk_raw = std::max<uint64_t>(esize, std::min(opts_.chunk_size, kMaxChunkRawSize) / esize * esize);
+  uint64_t chunk_raw =
+      std::max<uint64_t>(esize, std::min(opts_.chunk_size, kMaxChunkRawSize) / esize * esize);
+  if (dtype == DType::kBool && data) {
+    // Spec rule W6: bool elements are the bytes 0 and 1.
+    const auto* b = static_cast<const uint8_t*>(data);
+    const uint8_t* bad = std::find_if(b, b + region.NumElements(), [](uint8_t v) { return v > 1; });
+    if (bad != b + region.NumElements()) {
+      return Status::InvalidArgument(where + ": bool element " + std::to_string(bad - b) +
+                                     " is the byte " + std::to_string(*bad) + ", expected 0 or 1");
+    }
+  }
   PieceRecord piece{rank, region, {}};
-  CKFMT_RETURN_IF_ERROR(Guard(WriteChunks(static_cast<const uint8_t*>(data),
-                                          region.NumElements() * esize, chunk_raw, esize,
-                                          &piece)));
+  CKFMT_RETURN_IF_ERROR(WriteChunks(static_cast<const uint8_t*>(data),
+                                    region.NumElements() * esize, chunk_raw, esize, &piece));
   index_.entries[pos].pieces.push_back(std::move(piece));
   return Status::OK();
 }
@@ -290,7 +328,10 @@ Status CheckpointWriter::Impl::WriteBatch(const uint8_t* data,
 }
 
 Status CheckpointWriter::Impl::Commit() {
-  CKFMT_RETURN_IF_ERROR(CheckUsable());
+  if (Status s = CheckUsable(); !s.ok()) {
+    Abort();  // after a failure nothing here can ever be committed
+    return s;
+  }
   auto fail = [&](Status s) {
     (void)Guard(s);
     Abort();
@@ -342,27 +383,26 @@ Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Create(const std::st
   return std::unique_ptr<CheckpointWriter>(new CheckpointWriter(std::move(impl)));
 }
 
-Status CheckpointWriter::AddContainer(const KeyPath& p, EntryKind k) { return impl_->AddContainer(p, k); }
-Status CheckpointWriter::AddScalar(const KeyPath& p, const Value& v) { return impl_->AddScalar(p, v); }
+// Every refused call poisons the writer: a checkpoint missing what a
+// caller tried to add must never be committed over a good one.
+Status CheckpointWriter::AddContainer(const KeyPath& p, EntryKind k) {
+  return impl_->Guard(impl_->AddContainer(p, k));
+}
+Status CheckpointWriter::AddScalar(const KeyPath& p, const Value& v) {
+  return impl_->Guard(impl_->AddScalar(p, v));
+}
 Status CheckpointWriter::AddBytes(const KeyPath& p, const std::string& ct, const void* d, size_t n) {
-  return impl_->AddBytes(p, ct, d, n);
+  return impl_->Guard(impl_->AddBytes(p, ct, d, n));
 }
 Status CheckpointWriter::AddTensorPiece(const KeyPath& p, DType t, const Shape& s, const Region& r,
                                         uint32_t rank, const void* d) {
-  return impl_->AddTensorPiece(p, t, s, r, rank, d);
+  return impl_->Guard(impl_->AddTensorPiece(p, t, s, r, rank, d));
 }
 Status CheckpointWriter::AddSavedLayout(const KeyPath& p, ShardRecord shard) {
-  CKFMT_ASSIGN_OR_RETURN(EntryRecord * e, impl_->FindTensor(p));
-  if (Status s = ValidateRegion(shard.region, e->shape); !s.ok()) {
-    return Status::InvalidArgument(FormatKeyPath(p) + ": saved layout: " + s.message());
-  }
-  e->saved_layout.push_back(std::move(shard));
-  return Status::OK();
+  return impl_->Guard(impl_->AddSavedLayout(p, std::move(shard)));
 }
 Status CheckpointWriter::MarkPartial(const KeyPath& p) {
-  CKFMT_ASSIGN_OR_RETURN(EntryRecord * e, impl_->FindTensor(p));
-  e->partial = true;
-  return Status::OK();
+  return impl_->Guard(impl_->MarkPartial(p));
 }
 Status CheckpointWriter::Commit() { return impl_->Commit(); }
 void CheckpointWriter::Abort() { impl_->Abort(); }

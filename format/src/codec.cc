@@ -1,4 +1,5 @@
 #include "ckfmt/codec.h"
+#include "zstd_context.h"
 
 #include <zstd.h>
 
@@ -46,9 +47,7 @@ Result<size_t> EncodeChunk(Codec codec, int level, size_t element_size, const vo
       std::memcpy(out, raw, raw_size);
       return raw_size;
     case Codec::kZstd: {
-      // One context per thread: creating one per chunk costs more than
-      // compressing a small chunk.
-      thread_local ZSTD_CCtx* cctx = ZSTD_createCCtx();
+      ZSTD_CCtx* cctx = ThreadCompressContext();
       size_t n = ZSTD_compressCCtx(cctx, out, out_cap, raw, raw_size, level);
       if (ZSTD_isError(n)) {
         return Status::Internal(std::string("zstd compression failed: ") + ZSTD_getErrorName(n));
@@ -73,7 +72,7 @@ Status DecodeChunk(uint8_t codec, const void* stored, size_t stored_size, void* 
       std::memcpy(out, stored, raw_size);
       return Status::OK();
     case 1: {
-      thread_local ZSTD_DCtx* dctx = ZSTD_createDCtx();
+      ZSTD_DCtx* dctx = ThreadDecompressContext();
       size_t n = ZSTD_decompressDCtx(dctx, out, raw_size, stored, stored_size);
       if (ZSTD_isError(n)) {
         return Status::Corruption(std::string("zstd chunk does not decode: ") +

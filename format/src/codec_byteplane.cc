@@ -18,6 +18,7 @@
 
 #include "ckfmt/codec.h"
 #include "ckfmt/file_layout.h"
+#include "zstd_context.h"
 
 namespace ckfmt {
 namespace {
@@ -117,7 +118,7 @@ Result<size_t> EncodeBytePlanes(int level, size_t e, const uint8_t* raw, size_t 
   }
   const size_t n = raw_size / e;
   thread_local std::vector<uint8_t> planes;
-  thread_local ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  ZSTD_CCtx* cctx = ThreadCompressContext();
   planes.resize(raw_size);
   Split(raw, e, n, planes.data());
   size_t pos = HeaderSize(e);
@@ -161,7 +162,7 @@ Status DecodeBytePlanes(const uint8_t* in, size_t stored_size, uint8_t* out, siz
   if (stored_size < HeaderSize(e)) return bad("shorter than its header");
   const size_t n = raw_size / e;
   thread_local std::vector<uint8_t> planes;
-  thread_local ZSTD_DCtx* dctx = ZSTD_createDCtx();
+  ZSTD_DCtx* dctx = ThreadDecompressContext();
   planes.resize(raw_size);
   size_t pos = HeaderSize(e);
   for (size_t p = 0; p < e; ++p) {

@@ -9,14 +9,29 @@ namespace {
 
 struct Ctx {
   const std::string& file;
+  const uint8_t* base;  // start of the index buffer
   size_t entry = 0;
   Status Err(const std::string& what) const {
     return Status::Corruption(file + ": index entry " + std::to_string(entry) + ": " + what);
   }
+  // FlatBuffers 2.0.8's verifier checks only the 4-byte alignment of a
+  // vector's length; 8-byte elements must be naturally aligned (rule X3)
+  // before they are read.
+  template <typename T>
+  Status CheckAligned(const flatbuffers::Vector<T>* v, const char* what) const {
+    // Empty vectors hold nothing to read (FlatBuffers does not align them).
+    if (v && v->size() > 0 &&
+        (reinterpret_cast<const uint8_t*>(v->Data()) - base) % alignof(T) != 0) {
+      return Err(std::string(what) + " vector is not " + std::to_string(alignof(T)) +
+                 "-byte aligned");
+    }
+    return Status::OK();
+  }
 };
 
-template <typename T>
-std::vector<uint64_t> ToVec(const flatbuffers::Vector<T>* v) {
+Result<std::vector<uint64_t>> ToVec(const Ctx& ctx, const flatbuffers::Vector<uint64_t>* v,
+                                    const char* what) {
+  CKFMT_RETURN_IF_ERROR(ctx.CheckAligned(v, what));
   return v ? std::vector<uint64_t>(v->begin(), v->end()) : std::vector<uint64_t>{};
 }
 
@@ -27,7 +42,9 @@ Result<Region> ParseRegion(const Ctx& ctx, fb::Region type, const void* value) {
   }
   if (type == fb::Region::Box) {
     const auto* b = static_cast<const fb::Box*>(value);
-    return Region::Box(ToVec(b->offsets()), ToVec(b->lengths()));
+    CKFMT_ASSIGN_OR_RETURN(auto offsets, ToVec(ctx, b->offsets(), "box offsets"));
+    CKFMT_ASSIGN_OR_RETURN(auto lengths, ToVec(ctx, b->lengths(), "box lengths"));
+    return Region::Box(std::move(offsets), std::move(lengths));
   }
   return ctx.Err("region has unknown type " + std::to_string(int(type)));
 }
@@ -86,12 +103,13 @@ Result<EntryRecord> ParseEntry(const Ctx& ctx, const fb::Entry& fe) {
   if (!dtype) return ctx.Err("unknown dtype id " + std::to_string(int(fe.dtype())));
   e.dtype = *dtype;
   if (!fe.shape()) return ctx.Err("tensor entry has no shape");
-  e.shape = ToVec(fe.shape());
+  CKFMT_ASSIGN_OR_RETURN(e.shape, ToVec(ctx, fe.shape(), "shape"));
   if (fe.pieces()) {
     for (const fb::Piece* fp : *fe.pieces()) {
       PieceRecord p;
       p.rank = fp->rank();
       CKFMT_ASSIGN_OR_RETURN(p.region, ParseRegion(ctx, fp->region_type(), fp->region()));
+      CKFMT_RETURN_IF_ERROR(ctx.CheckAligned(fp->chunks(), "chunks"));
       if (fp->chunks()) {
         for (const fb::Chunk* fc : *fp->chunks()) {
           p.chunks.push_back({fc->offset(), fc->stored_size(), fc->raw_size(), fc->checksum(),
@@ -137,7 +155,7 @@ Result<IndexRecord> ParseIndex(const uint8_t* data, size_t size, uint64_t data_b
     }
   }
   if (fi->entries()) {
-    Ctx ctx{file};
+    Ctx ctx{file, data};
     index.entries.reserve(fi->entries()->size());
     for (const fb::Entry* fe : *fi->entries()) {
       CKFMT_ASSIGN_OR_RETURN(EntryRecord e, ParseEntry(ctx, *fe));

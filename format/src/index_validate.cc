@@ -118,6 +118,13 @@ namespace {
 
 // A container whose children may still follow (pre-order keeps them
 // contiguous, so only the containers on the path to the last entry are open).
+// A chunk's stored bytes, and the entry they belong to (for messages).
+struct Extent {
+  uint64_t offset, size;
+  const EntryRecord* entry;
+  bool operator<(const Extent& o) const { return offset < o.offset; }
+};
+
 struct OpenContainer {
   KeyPath path;
   EntryKind kind;
@@ -127,7 +134,7 @@ struct OpenContainer {
 
 Status CheckData(const EntryRecord& e, const std::string& where, uint64_t data_begin,
                  uint64_t data_end, uint32_t world_size, uint64_t* budget,
-                 std::vector<std::pair<uint64_t, uint64_t>>& extents) {
+                 std::vector<Extent>& extents) {
   auto err = [&](const std::string& m) { return Status::Corruption(where + ": " + m); };
   if (e.kind == EntryKind::kBytes && (e.dtype != DType::kU8 || e.shape.size() != 1)) {
     return err("bytes entry must be a 1-d uint8 array");
@@ -164,7 +171,7 @@ Status CheckData(const EntryRecord& e, const std::string& where, uint64_t data_b
         return err("chunks hold more than the piece's " + std::to_string(want) + " bytes");
       }
       have += c.raw_size;
-      extents.emplace_back(c.offset, c.stored_size);
+      extents.push_back({c.offset, c.stored_size, &e});
     }
     if (have != want) {
       return err("chunks of piece " + p.region.ToString() + " hold " + std::to_string(have) +
@@ -197,7 +204,7 @@ Status ValidateIndex(const IndexRecord& index, uint64_t data_begin, uint64_t dat
   }
   std::vector<OpenContainer> open;
   open.push_back({KeyPath{}, EntryKind::kDict, 0, {}});
-  std::vector<std::pair<uint64_t, uint64_t>> extents;
+  std::vector<Extent> extents;
   uint64_t budget = kCoverageBudget;
   for (size_t i = 0; i < index.entries.size(); ++i) {
     const EntryRecord& e = index.entries[i];
@@ -232,10 +239,13 @@ Status ValidateIndex(const IndexRecord& index, uint64_t data_begin, uint64_t dat
   }
   std::sort(extents.begin(), extents.end());
   for (size_t i = 1; i < extents.size(); ++i) {
-    if (extents[i - 1].first + extents[i - 1].second > extents[i].first) {
-      return Status::Corruption(file + ": chunks at offsets " +
-                                std::to_string(extents[i - 1].first) + " and " +
-                                std::to_string(extents[i].first) + " overlap");
+    if (extents[i - 1].offset + extents[i - 1].size > extents[i].offset) {
+      return Status::Corruption(file + ": the chunk at offset " +
+                                std::to_string(extents[i - 1].offset) + " (" +
+                                FormatKeyPath(extents[i - 1].entry->path) +
+                                ") overlaps the chunk at offset " +
+                                std::to_string(extents[i].offset) + " (" +
+                                FormatKeyPath(extents[i].entry->path) + ")");
     }
   }
   return Status::OK();

@@ -10,6 +10,11 @@ std::string FormatKeyPath(const KeyPath& path) {
   for (size_t i = 0; i < path.size(); ++i) {
     if (i) out += '/';
     if (const auto* key = std::get_if<std::string>(&path[i])) {
+      if (key->empty()) {
+        out += "\"\"";  // the empty key; a key starting with '"' is escaped below
+        continue;
+      }
+      if (key->front() == '"') out += '\\';
       for (char c : *key) {
         if (c == '/' || c == '\\' || c == '[') out += '\\';
         out += c;
@@ -59,7 +64,9 @@ KeyPath ParseKeyPath(const std::string& text) {
   std::string cur;
   bool escaped_any = false;
   auto flush = [&] {
-    if (!escaped_any && IsIndexComponent(cur)) {
+    if (!escaped_any && cur == "\"\"") {
+      path.emplace_back(std::string());
+    } else if (!escaped_any && IsIndexComponent(cur)) {
       path.emplace_back(static_cast<uint64_t>(std::stoull(cur.substr(1, cur.size() - 2))));
     } else {
       path.emplace_back(cur);

@@ -45,6 +45,8 @@ class Tensor {
                        Device device = {});
   // A zero-filled host tensor (64-byte aligned).
   static Tensor Zeros(DType dtype, Shape shape);
+  // An uninitialised host tensor (64-byte aligned).
+  static Tensor Empty(DType dtype, Shape shape);
 
   bool defined() const { return data_ != nullptr || numel_ == 0; }
   DType dtype() const { return dtype_; }
@@ -78,7 +80,8 @@ class Tensor {
 using Allocator =
     std::function<Result<Tensor>(DType dtype, const Shape& shape, const KeyPath& path, Device)>;
 
-// Allocates zeroed, 64-byte aligned host memory.
+// Allocates 64-byte aligned host memory, uninitialised: a load overwrites
+// every element of what it reconstructs (or fails).
 Allocator HostAllocator();
 
 }  // namespace ckfmt

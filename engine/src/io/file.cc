@@ -84,6 +84,14 @@ Result<File> File::OpenRead(const std::string& path, bool direct) {
   return f;
 }
 
+Result<File> File::Reopen(bool direct) const {
+  File f;
+  f.fd_ = OpenMaybeDirect("/proc/self/fd/" + std::to_string(fd_), O_RDONLY, direct, &f.direct_);
+  if (f.fd_ < 0) return Status::FromErrno(errno, "cannot reopen " + path_);
+  f.path_ = path_;
+  return f;
+}
+
 Result<uint64_t> File::Size() const {
   struct stat st;
   if (::fstat(fd_, &st) != 0) return Status::FromErrno(errno, "cannot stat " + path_);

@@ -1,7 +1,7 @@
 // Key paths: where an entry sits in a nested state dict.
 //
 // A path is a list of components, each a dict key (any UTF-8, dots and
-// slashes included) or a list index. {"optim", "state", 0, "exp_avg"} is
+// slashes included) or a list index. {"optim", "state", 0u, "exp_avg"} is
 // state["optim"]["state"][0]["exp_avg"] when "state" is a list.
 #pragma once
 
@@ -16,8 +16,9 @@ using PathComponent = std::variant<std::string, uint64_t>;
 using KeyPath = std::vector<PathComponent>;
 
 // Human-readable form for messages and CLI filters: model/layers/[0]/weight.
-// List indices are written [3]; '/', '\\' and '[' in keys are escaped with
-// '\\', so a key "[3]" prints as \\[3]. The root prints as <root>.
+// List indices are written [3]; '/', '\' and '[' in keys are escaped with
+// '\', so a key "[3]" prints as \[3]. The empty key prints as "" (and a key
+// starting with '"' gets a '\'). The root prints as <root>.
 std::string FormatKeyPath(const KeyPath& path);
 
 // The dotted name torch state dicts use ("layers.0.weight").

@@ -1,0 +1,238 @@
+// CheckpointWriter's checks on what it is given: a writer never commits an
+// index that a reader would refuse.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "ckfmt/reader.h"
+#include "ckfmt/writer.h"
+#include "util/file_util.h"
+#include "util/temp_dir.h"
+#include "util/value_util.h"
+
+namespace {
+
+using namespace ckfmt;
+using namespace ckfmt_test;
+
+class WriterTest : public ::testing::Test {
+ protected:
+  // Runs `steps` against a fresh writer and then commits: some step or the
+  // commit must fail, leaving no file and no temporary.
+  void ExpectRefused(const std::function<Status(CheckpointWriter&)>& steps, const char* what) {
+    const std::string path = dir.File("w.ckfmt");
+    auto w = CheckpointWriter::Create(path, SmallSaveOptions());
+    CKFMT_ASSERT_OK(w);
+    Status st = steps(**w);
+    if (st.ok()) st = (*w)->Commit();
+    EXPECT_FALSE(st.ok()) << what << ": the writer committed";
+    w->reset();
+    EXPECT_FALSE(FileExists(path)) << what;
+    EXPECT_TRUE(TempNames(dir.List()).empty()) << what;
+  }
+  ScopedTempDir dir;
+};
+
+#define CHAIN(expr)                       \
+  do {                                    \
+    ::ckfmt::Status _s = (expr);          \
+    if (!_s.ok()) return _s;              \
+  } while (0)
+
+TEST_F(WriterTest, ChildBeforeParent) {
+  ExpectRefused([](CheckpointWriter& w) { return w.AddScalar({"a", "b"}, Value(int64_t{1})); },
+                "child without parent");
+}
+
+TEST_F(WriterTest, DuplicatePath) {
+  ExpectRefused(
+      [](CheckpointWriter& w) {
+        CHAIN(w.AddScalar({"a"}, Value(int64_t{1})));
+        return w.AddScalar({"a"}, Value(int64_t{2}));
+      },
+      "duplicate path");
+}
+
+TEST_F(WriterTest, ListIndicesOutOfOrder) {
+  ExpectRefused(
+      [](CheckpointWriter& w) {
+        CHAIN(w.AddContainer({"l"}, EntryKind::kList));
+        CHAIN(w.AddScalar({"l", 0u}, Value(int64_t{1})));
+        return w.AddScalar({"l", 2u}, Value(int64_t{2}));
+      },
+      "list index gap");
+}
+
+TEST_F(WriterTest, KeyInsideList) {
+  ExpectRefused(
+      [](CheckpointWriter& w) {
+        CHAIN(w.AddContainer({"l"}, EntryKind::kList));
+        return w.AddScalar({"l", "k"}, Value(int64_t{1}));
+      },
+      "key inside a list");
+}
+
+TEST_F(WriterTest, NotPreOrder) {
+  ExpectRefused(
+      [](CheckpointWriter& w) {
+        CHAIN(w.AddContainer({"a"}, EntryKind::kDict));
+        CHAIN(w.AddContainer({"b"}, EntryKind::kDict));
+        return w.AddScalar({"a", "x"}, Value(int64_t{1}));
+      },
+      "child of a closed container");
+}
+
+TEST_F(WriterTest, ContainerKindMustBeDictOrList) {
+  ExpectRefused([](CheckpointWriter& w) { return w.AddContainer({"t"}, EntryKind::kTensor); },
+                "AddContainer(kTensor)");
+  ExpectRefused([](CheckpointWriter& w) { return w.AddContainer({"i"}, EntryKind::kInt); },
+                "AddContainer(kInt)");
+}
+
+TEST_F(WriterTest, AddScalarRefusesNonScalars) {
+  ExpectRefused(
+      [](CheckpointWriter& w) { return w.AddScalar({"t"}, Value(Tensor::Zeros(DType::kF32, {1}))); },
+      "AddScalar(tensor)");
+  ExpectRefused([](CheckpointWriter& w) { return w.AddScalar({"d"}, Value(Dict{})); },
+                "AddScalar(dict)");
+  ExpectRefused([](CheckpointWriter& w) { return w.AddScalar({"b"}, Value(Bytes{"raw", "x"})); },
+                "AddScalar(bytes)");
+}
+
+TEST_F(WriterTest, LayoutAndPartialForUnknownPaths) {
+  ExpectRefused(
+      [](CheckpointWriter& w) {
+        return w.AddSavedLayout({"nope"}, ShardRecord{0, Region::Flat(0, 1)});
+      },
+      "AddSavedLayout of an unknown path");
+  ExpectRefused([](CheckpointWriter& w) { return w.MarkPartial({"nope"}); },
+                "MarkPartial of an unknown path");
+}
+
+TEST_F(WriterTest, PieceRankOutsideWorld) {
+  ExpectRefused(
+      [](CheckpointWriter& w) {
+        uint8_t data[4] = {1, 2, 3, 4};
+        return w.AddTensorPiece({"t"}, DType::kU8, {4}, Region::Whole({4}), 5, data);
+      },
+      "rank 5 with world size 1");
+}
+
+TEST_F(WriterTest, EmptyPath) {
+  ExpectRefused([](CheckpointWriter& w) { return w.AddScalar({}, Value(int64_t{1})); },
+                "empty path");
+}
+
+TEST_F(WriterTest, AddAfterCommitFails) {
+  const std::string path = dir.File("c.ckfmt");
+  auto w = CheckpointWriter::Create(path, SmallSaveOptions());
+  CKFMT_ASSERT_OK(w);
+  CKFMT_ASSERT_OK((*w)->AddScalar({"a"}, Value(int64_t{1})));
+  CKFMT_ASSERT_OK((*w)->Commit());
+  EXPECT_FALSE((*w)->AddScalar({"b"}, Value(int64_t{2})).ok());
+  w->reset();  // destruction after commit must not remove the file
+  Value sd = Dict{};
+  CKFMT_ASSERT_OK(ckfmt::Load(path, &sd));
+  EXPECT_EQ(sd.Find({"a"})->as_int(), 1);
+  EXPECT_EQ(sd.Find({"b"}), nullptr);
+}
+
+TEST_F(WriterTest, StreamingEntriesOfEveryKind) {
+  const std::string path = dir.File("s.ckfmt");
+  SaveOptions o = SmallSaveOptions(Codec::kZstd);
+  auto w = CheckpointWriter::Create(path, o);
+  CKFMT_ASSERT_OK(w);
+  CheckpointWriter& wr = **w;
+  Tensor t = RandomTensor(DType::kBF16, {100, 70}, 3);
+  std::string blob = RandomString(30000, 4);
+  CKFMT_ASSERT_OK(wr.AddContainer({"l"}, EntryKind::kList));
+  CKFMT_ASSERT_OK(wr.AddContainer({"l", 0u}, EntryKind::kDict));
+  CKFMT_ASSERT_OK(wr.AddTensorPiece({"l", 0u, "t"}, DType::kBF16, {100, 70},
+                                    Region::Whole({100, 70}), 0, t.data()));
+  CKFMT_ASSERT_OK(wr.AddBytes({"l", 1u}, "opaque", blob.data(), blob.size()));
+  CKFMT_ASSERT_OK(wr.AddScalar({"l", 2u}, Value()));
+  CKFMT_ASSERT_OK(wr.AddScalar({"f"}, Value(-0.0)));
+  CKFMT_ASSERT_OK(wr.AddScalar({"b"}, Value(true)));
+  CKFMT_ASSERT_OK(wr.AddScalar({"s"}, Value(std::string("\0x", 2))));
+  CKFMT_ASSERT_OK(wr.AddBytes({"e"}, "", nullptr, 0));
+  CKFMT_ASSERT_OK(wr.Commit());
+  const WriteStats& st = wr.stats();
+  EXPECT_EQ(st.raw_bytes, t.nbytes() + blob.size());
+  EXPECT_EQ(st.file_bytes, FileSize(path));
+  EXPECT_GT(st.chunks, 3u);
+  Value sd = Dict{};
+  CKFMT_ASSERT_OK(ckfmt::Load(path, &sd));
+  EXPECT_EQ(TensorBytes(sd.Find({"l", 0u, "t"})->as_tensor()), TensorBytes(t));
+  EXPECT_EQ(sd.Find({"l", 1u})->as_bytes().data, blob);
+  EXPECT_EQ(sd.Find({"l", 1u})->as_bytes().content_type, "opaque");
+  EXPECT_TRUE(sd.Find({"l", 2u})->is_none());
+  EXPECT_TRUE(std::signbit(sd.Find({"f"})->as_float())) << "-0.0 lost its sign";
+  EXPECT_EQ(sd.Find({"s"})->as_string(), std::string("\0x", 2));
+  EXPECT_EQ(sd.Find({"e"})->as_bytes().data, "");
+}
+
+// Writer rules of spec §6.7 that a writer must enforce on what it is given.
+
+TEST_F(WriterTest, DuplicateMetadataKeysAreRefused) {  // W2
+  SaveOptions o = SmallSaveOptions();
+  o.metadata = {{"step", "1"}, {"step", "2"}};
+  const std::string path = dir.File("m.ckfmt");
+  EXPECT_FALSE(ckfmt::Save(path, Dict{}, o).ok());
+  EXPECT_FALSE(FileExists(path));
+  EXPECT_TRUE(TempNames(dir.List()).empty());
+}
+
+TEST_F(WriterTest, ZeroWorldSizeIsRefused) {  // W3
+  SaveOptions o = SmallSaveOptions();
+  o.world_size = 0;
+  const std::string path = dir.File("m.ckfmt");
+  EXPECT_FALSE(ckfmt::Save(path, Dict{}, o).ok());
+  EXPECT_FALSE(FileExists(path));
+}
+
+// Spec §6.7 W6: every element of a Bool tensor is 0x00 or 0x01 (readers
+// hand bool tensors to frameworks where other bytes are undefined
+// behaviour). A writer given other bytes must refuse them (it may not
+// change bits, §4).
+TEST_F(WriterTest, BoolTensorWithOtherBytesIsRefused) {  // W6
+  Tensor b = Tensor::Zeros(DType::kBool, {4});
+  static_cast<uint8_t*>(b.data())[2] = 2;
+  Dict d;
+  d.Set("mask", b);
+  const std::string path = dir.File("b.ckfmt");
+  auto r = ckfmt::Save(path, Value(std::move(d)), SmallSaveOptions());
+  EXPECT_FALSE(r.ok()) << "wrote a bool tensor holding the byte 0x02";
+  if (r.ok()) {
+    auto t = CheckpointReader::Open(path);
+    CKFMT_ASSERT_OK(t);
+    auto read = (*t)->ReadTensor({"mask"});
+    CKFMT_ASSERT_OK(read);
+    EXPECT_LE(static_cast<uint8_t*>(read->data())[2], 1);
+  }
+}
+
+TEST_F(WriterTest, ZeroChunkSizeIsRefused) {
+  SaveOptions o = SmallSaveOptions();
+  o.chunk_size = 0;
+  auto r = ckfmt::Save(dir.File("c.ckfmt"), Dict{}, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(WriterTest, ChunkSizeSmallerThanAnElement) {
+  // 3-byte chunks for 8- and 16-byte elements: one element per chunk at least.
+  SaveOptions o = SmallSaveOptions();
+  o.chunk_size = 3;
+  Dict d;
+  d.Set("c", RandomTensor(DType::kC128, {5}, 1));
+  d.Set("i", RandomTensor(DType::kI64, {3}, 2));
+  Value v(std::move(d));
+  const std::string path = dir.File("c.ckfmt");
+  CKFMT_ASSERT_OK(ckfmt::Save(path, v, o));
+  Value loaded = Dict{};
+  CKFMT_ASSERT_OK(ckfmt::Load(path, &loaded));
+  EXPECT_TRUE(ValuesBitwiseEqual(v, loaded));
+}
+
+}  // namespace

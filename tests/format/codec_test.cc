@@ -1,0 +1,284 @@
+// Chunk codecs: round trips and every decode failure.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "ckfmt/codec.h"
+
+namespace {
+
+using namespace ckfmt;
+
+std::string RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(n, '\0');
+  for (auto& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+std::string Compressible(size_t n) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i / 64) % 7);
+  return s;
+}
+
+std::string Encode(Codec codec, const std::string& raw, int level = 3, size_t esize = 1) {
+  std::string out(MaxEncodedSize(codec, raw.size()), '\0');
+  auto n = EncodeChunk(codec, level, esize, raw.data(), raw.size(), out.data(), out.size());
+  EXPECT_TRUE(n.ok()) << n.status().ToString();
+  if (!n.ok()) return {};
+  EXPECT_LE(*n, out.size());
+  out.resize(*n);
+  return out;
+}
+
+TEST(CodecTest, Names) {
+  EXPECT_TRUE(IsKnownCodec(0));
+  EXPECT_TRUE(IsKnownCodec(1));
+  EXPECT_TRUE(IsKnownCodec(2));
+  EXPECT_FALSE(IsKnownCodec(3));
+  EXPECT_FALSE(IsKnownCodec(255));
+  EXPECT_EQ(CodecName(0), "none");
+  EXPECT_EQ(CodecName(1), "zstd");
+  EXPECT_EQ(CodecName(2), "byteplane-zstd");
+  EXPECT_EQ(CodecName(9), "unknown");
+  for (uint8_t id = 0; IsKnownCodec(id); ++id) {
+    auto c = CodecFromName(CodecName(id));
+    ASSERT_TRUE(c.ok()) << CodecName(id);
+    EXPECT_EQ(static_cast<uint8_t>(*c), id);
+  }
+  EXPECT_EQ(CodecFromName("lz4").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(CodecFromName("unknown").ok());
+}
+
+TEST(CodecTest, NoneRoundTrip) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{4096}, size_t{100003}}) {
+    std::string raw = RandomBytes(n, n);
+    std::string stored = Encode(Codec::kNone, raw);
+    EXPECT_EQ(stored, raw);
+    std::string back(n, '\x55');
+    Status st = DecodeChunk(0, stored.data(), stored.size(), back.data(), n);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(back, raw);
+  }
+}
+
+TEST(CodecTest, ZstdRoundTrip) {
+  for (size_t n : {size_t{1}, size_t{17}, size_t{4096}, size_t{12289}, size_t{1 << 20}}) {
+    for (int level : {1, 3, 19}) {
+      if (level == 19 && n > 4096) continue;  // keep it quick
+      for (bool random : {false, true}) {
+        std::string raw = random ? RandomBytes(n, n + level) : Compressible(n);
+        std::string stored = Encode(Codec::kZstd, raw, level);
+        if (!random && n >= 4096) {
+          EXPECT_LT(stored.size(), raw.size() / 4);
+        }
+        std::string back(n, '\0');
+        Status st = DecodeChunk(1, stored.data(), stored.size(), back.data(), n);
+        ASSERT_TRUE(st.ok()) << st.ToString() << " n=" << n << " level=" << level;
+        EXPECT_EQ(back, raw);
+      }
+    }
+  }
+}
+
+TEST(CodecTest, ZstdEmptyInput) {
+  std::string stored = Encode(Codec::kZstd, "");
+  EXPECT_FALSE(stored.empty());  // a frame header at least
+  char dummy = 0;
+  EXPECT_TRUE(DecodeChunk(1, stored.data(), stored.size(), &dummy, 0).ok());
+}
+
+TEST(CodecTest, MaxEncodedSizeBoundsIncompressibleData) {
+  EXPECT_EQ(MaxEncodedSize(Codec::kNone, 1000), 1000u);
+  EXPECT_GE(MaxEncodedSize(Codec::kZstd, 1000), 1000u);
+  std::string raw = RandomBytes(1 << 16, 7);
+  std::string stored = Encode(Codec::kZstd, raw, 1);
+  EXPECT_LE(stored.size(), MaxEncodedSize(Codec::kZstd, raw.size()));
+}
+
+TEST(CodecTest, UnknownCodecIsUnsupported) {
+  std::string raw = RandomBytes(64, 1);
+  std::string out(64, '\0');
+  for (uint8_t id : {uint8_t{3}, uint8_t{9}, uint8_t{127}, uint8_t{255}}) {
+    Status st = DecodeChunk(id, raw.data(), raw.size(), out.data(), out.size());
+    EXPECT_EQ(st.code(), StatusCode::kUnsupported) << int(id) << ": " << st.ToString();
+    EXPECT_NE(st.message().find(std::to_string(id)), std::string::npos) << st.message();
+  }
+}
+
+TEST(CodecTest, NoneWithWrongSizeIsCorruption) {
+  std::string raw = RandomBytes(64, 1);
+  std::string out(128, '\0');
+  EXPECT_EQ(DecodeChunk(0, raw.data(), 64, out.data(), 63).code(), StatusCode::kCorruption);
+  EXPECT_EQ(DecodeChunk(0, raw.data(), 64, out.data(), 65).code(), StatusCode::kCorruption);
+}
+
+TEST(CodecTest, CorruptZstdIsCorruption) {
+  const size_t n = 50000;
+  std::string raw = Compressible(n);
+  std::string good = Encode(Codec::kZstd, raw);
+  std::string out(n, '\0');
+  ASSERT_TRUE(DecodeChunk(1, good.data(), good.size(), out.data(), n).ok());
+
+  auto expect_corrupt = [&](const std::string& bad, const char* what) {
+    Status st = DecodeChunk(1, bad.data(), bad.size(), out.data(), n);
+    EXPECT_EQ(st.code(), StatusCode::kCorruption) << what << ": " << st.ToString();
+  };
+  std::string bad = good;
+  bad[0] ^= 0x01;  // frame magic
+  expect_corrupt(bad, "magic");
+  expect_corrupt(good.substr(0, good.size() - 1), "truncated by one");
+  expect_corrupt(good.substr(0, good.size() / 2), "truncated by half");
+  expect_corrupt(good.substr(0, 3), "truncated to 3 bytes");
+  expect_corrupt(good + "garbage!", "trailing garbage");
+  expect_corrupt(RandomBytes(good.size(), 99), "random bytes");
+  expect_corrupt(std::string(good.size(), '\0'), "zeros");
+  // Not a zstd frame at all: an uncompressed chunk mislabelled as zstd.
+  expect_corrupt(raw, "raw data labelled zstd");
+}
+
+TEST(CodecTest, ZstdWrongRawSizeIsCorruption) {
+  const size_t n = 10000;
+  std::string raw = RandomBytes(n, 3);
+  std::string stored = Encode(Codec::kZstd, raw);
+  std::string out(n + 100, '\0');
+  EXPECT_EQ(DecodeChunk(1, stored.data(), stored.size(), out.data(), n - 1).code(),
+            StatusCode::kCorruption);
+  EXPECT_EQ(DecodeChunk(1, stored.data(), stored.size(), out.data(), n + 1).code(),
+            StatusCode::kCorruption);
+  EXPECT_EQ(DecodeChunk(1, stored.data(), stored.size(), out.data(), n + 100).code(),
+            StatusCode::kCorruption);
+  EXPECT_EQ(DecodeChunk(1, stored.data(), stored.size(), out.data(), 0).code(),
+            StatusCode::kCorruption);
+}
+
+// ---------------------------------------------------------------------------
+// Codec 2: byte planes, each zstd-coded or raw.
+
+// Float32-like data: random mantissas, few distinct exponents.
+std::string FloatLike(size_t n_elems, size_t esize, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(n_elems * esize, '\0');
+  for (size_t i = 0; i < n_elems; ++i) {
+    for (size_t b = 0; b < esize; ++b) {
+      bool high = b + 1 == esize;
+      s[i * esize + b] = static_cast<char>(high ? 0x3f + (rng() % 3) : rng());
+    }
+  }
+  return s;
+}
+
+TEST(BytePlaneCodecTest, RoundTripEveryElementSize) {
+  for (size_t esize : {size_t{1}, size_t{2}, size_t{3}, size_t{4}, size_t{8}, size_t{16}}) {
+    for (size_t n : {size_t{1}, size_t{7}, size_t{1000}, size_t{65536}}) {
+      for (int kind = 0; kind < 3; ++kind) {
+        std::string raw = kind == 0   ? RandomBytes(n * esize, n + esize)
+                          : kind == 1 ? FloatLike(n, esize, n)
+                                      : Compressible(n * esize);
+        std::string stored = Encode(Codec::kBytePlaneZstd, raw, 3, esize);
+        EXPECT_LE(stored.size(), MaxEncodedSize(Codec::kBytePlaneZstd, raw.size()));
+        std::string back(raw.size(), '\0');
+        Status st = DecodeChunk(2, stored.data(), stored.size(), back.data(), back.size());
+        ASSERT_TRUE(st.ok()) << st.ToString() << " esize=" << esize << " n=" << n;
+        EXPECT_EQ(back, raw) << "esize=" << esize << " n=" << n << " kind=" << kind;
+      }
+    }
+  }
+}
+
+TEST(BytePlaneCodecTest, CompressesExponentPlanes) {
+  std::string raw = FloatLike(1 << 16, 4, 5);
+  std::string stored = Encode(Codec::kBytePlaneZstd, raw, 3, 4);
+  // Three random planes stay raw (75%); the 3-valued exponent plane shrinks to ~20% of itself.
+  EXPECT_LT(stored.size(), raw.size() * 85 / 100);
+}
+
+TEST(BytePlaneCodecTest, ElementSizeMustDivideChunk) {
+  std::string raw = RandomBytes(10, 1);
+  std::string out(MaxEncodedSize(Codec::kBytePlaneZstd, raw.size()), '\0');
+  EXPECT_FALSE(EncodeChunk(Codec::kBytePlaneZstd, 1, 4, raw.data(), raw.size(), out.data(),
+                           out.size())
+                   .ok());
+  EXPECT_FALSE(EncodeChunk(Codec::kBytePlaneZstd, 1, 0, raw.data(), raw.size(), out.data(),
+                           out.size())
+                   .ok());
+  EXPECT_FALSE(EncodeChunk(Codec::kBytePlaneZstd, 1, 17, raw.data(), 17, out.data(), out.size())
+                   .ok());
+}
+
+class BytePlaneCorruptionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    raw = FloatLike(4096, 4, 11);
+    good = Encode(Codec::kBytePlaneZstd, raw, 3, 4);
+    out.assign(raw.size() + 64, '\0');
+    ASSERT_TRUE(DecodeChunk(2, good.data(), good.size(), out.data(), raw.size()).ok());
+    ASSERT_EQ(uint8_t(good[0]), 4);
+  }
+  void ExpectCorrupt(const std::string& bad, size_t raw_size, const char* what) {
+    Status st = DecodeChunk(2, bad.data(), bad.size(), out.data(), raw_size);
+    EXPECT_EQ(st.code(), StatusCode::kCorruption) << what << ": " << st.ToString();
+  }
+  // Offset of plane p's descriptor {mode u8, length u32le}.
+  static size_t Desc(size_t p) { return 2 + 5 * p; }
+  std::string raw, good, out;
+};
+
+TEST_F(BytePlaneCorruptionTest, HeaderFields) {
+  ExpectCorrupt("", raw.size(), "empty");
+  ExpectCorrupt(good.substr(0, 1), raw.size(), "one byte");
+  ExpectCorrupt(good.substr(0, 2 + 5 * 4 - 1), raw.size(), "truncated descriptors");
+  std::string bad = good;
+  bad[0] = 0;
+  ExpectCorrupt(bad, raw.size(), "element size 0");
+  bad = good;
+  bad[0] = 17;
+  ExpectCorrupt(bad, raw.size(), "element size 17");
+  bad = good;
+  bad[0] = 3;  // 16384 % 3 != 0
+  ExpectCorrupt(bad, raw.size(), "element size not dividing raw size");
+  bad = good;
+  bad[1] = 1;
+  ExpectCorrupt(bad, raw.size(), "reserved byte");
+}
+
+TEST_F(BytePlaneCorruptionTest, PlaneDescriptors) {
+  for (size_t p = 0; p < 4; ++p) {
+    std::string bad = good;
+    bad[Desc(p)] = 2;
+    ExpectCorrupt(bad, raw.size(), "unknown plane mode");
+    bad = good;
+    bad[Desc(p) + 4] = '\x7f';  // length's high byte: overruns the chunk
+    ExpectCorrupt(bad, raw.size(), "plane overruns");
+    bad = good;
+    bad[Desc(p) + 1] ^= 0x01;  // length off by one
+    ExpectCorrupt(bad, raw.size(), "plane length off by one");
+  }
+}
+
+TEST_F(BytePlaneCorruptionTest, SizesAndPayload) {
+  ExpectCorrupt(good + "x", raw.size(), "trailing byte");
+  ExpectCorrupt(good.substr(0, good.size() - 1), raw.size(), "truncated payload");
+  ExpectCorrupt(good, raw.size() - 4, "raw size one element short");
+  ExpectCorrupt(good, raw.size() + 4, "raw size one element long");
+  ExpectCorrupt(good, raw.size() - 1, "raw size not a multiple of the element size");
+  // Flip the first byte of the first zstd-coded plane's payload (its frame magic).
+  size_t pos = 2 + 5 * 4;
+  for (size_t p = 0; p < 4; ++p) {
+    uint8_t mode = uint8_t(good[Desc(p)]);
+    uint32_t len = uint8_t(good[Desc(p) + 1]) | uint8_t(good[Desc(p) + 2]) << 8 |
+                   uint8_t(good[Desc(p) + 3]) << 16 | uint32_t(uint8_t(good[Desc(p) + 4])) << 24;
+    if (mode == 1) {
+      std::string bad = good;
+      bad[pos] ^= 0x01;
+      ExpectCorrupt(bad, raw.size(), "zstd plane magic");
+      return;
+    }
+    pos += len;
+  }
+  ADD_FAILURE() << "no plane of float-like data was zstd-coded";
+}
+
+}  // namespace

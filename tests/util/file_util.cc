@@ -1,0 +1,77 @@
+#include "util/file_util.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace ckfmt_test {
+
+namespace {
+[[noreturn]] void Fail(const std::string& what, const std::string& path) {
+  throw std::runtime_error(what + " " + path + ": " + std::strerror(errno));
+}
+}  // namespace
+
+std::string ReadFileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) Fail("cannot open", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteFileBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) Fail("cannot create", path);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) Fail("cannot write", path);
+}
+
+uint64_t FileSize(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) Fail("cannot stat", path);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+bool FileExists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+void XorByte(const std::string& path, uint64_t offset, uint8_t mask) {
+  int fd = ::open(path.c_str(), O_RDWR);
+  if (fd < 0) Fail("cannot open", path);
+  uint8_t b = 0;
+  if (::pread(fd, &b, 1, static_cast<off_t>(offset)) != 1) {
+    ::close(fd);
+    Fail("cannot read byte of", path);
+  }
+  b ^= mask;
+  if (::pwrite(fd, &b, 1, static_cast<off_t>(offset)) != 1) {
+    ::close(fd);
+    Fail("cannot write byte of", path);
+  }
+  ::close(fd);
+}
+
+uint8_t ReadByte(const std::string& path, uint64_t offset) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) Fail("cannot open", path);
+  uint8_t b = 0;
+  ssize_t n = ::pread(fd, &b, 1, static_cast<off_t>(offset));
+  ::close(fd);
+  if (n != 1) Fail("cannot read byte of", path);
+  return b;
+}
+
+void TruncateFile(const std::string& path, uint64_t size) {
+  if (::truncate(path.c_str(), static_cast<off_t>(size)) != 0) Fail("cannot truncate", path);
+}
+
+}  // namespace ckfmt_test

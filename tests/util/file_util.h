@@ -1,0 +1,18 @@
+// Small file helpers for tests: whole-file read/write, byte flips, truncation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ckfmt_test {
+
+std::string ReadFileBytes(const std::string& path);
+void WriteFileBytes(const std::string& path, const std::string& bytes);
+uint64_t FileSize(const std::string& path);
+bool FileExists(const std::string& path);
+// XORs the byte at `offset` with `mask` (in place, via pwrite).
+void XorByte(const std::string& path, uint64_t offset, uint8_t mask = 0xff);
+uint8_t ReadByte(const std::string& path, uint64_t offset);
+void TruncateFile(const std::string& path, uint64_t size);
+
+}  // namespace ckfmt_test
