@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "ckfmt/dist/comm_util.h"
+#include "ckfmt/file_layout.h"
 
 namespace ckfmt::dist {
 namespace {
@@ -20,6 +21,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kMaxMessage = 1ull << 30;
+// Polling: spin, then yield, then sleep (see WaitAll).
+constexpr auto kSpin = std::chrono::milliseconds(2);
+constexpr auto kYield = std::chrono::seconds(1);
+constexpr auto kSleep = std::chrono::microseconds(200);
 constexpr int kInternalTagBase = 30000;
 // AgreeOnStatus sends fixed-size status records; longer messages are cut.
 constexpr size_t kStatusRecord = 4096;
@@ -183,16 +188,19 @@ Status MpiCommunicator::WaitAll(std::vector<Pending>& p, const std::string& op,
       if (missing) *missing = peers;
       std::string who = collective ? "some rank did not arrive (a collective cannot tell which)"
                                    : "waiting for rank(s) " + JoinRanks(peers);
-      return Break(Status::Aborted(Where(op) + " timed out after " + Seconds(timeout()) + "; " +
+      auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - start);
+      return Break(Status::Aborted(Where(op) + " timed out after " + Seconds(waited) + "; " +
                                    who + " - a peer died, hung or called a different operation"));
     }
-    // Poll hard for a moment, then yield the core (ranks may share cores
-    // with each other and with the writer thread), then back off.
-    if (now - start < std::chrono::milliseconds(2)) continue;
-    if (now - start < std::chrono::seconds(1)) {
+    // Poll hard for a moment, then yield the core, then sleep: ranks often
+    // share cores with each other and with rank 0's writer thread, and a
+    // rank that only waits must not take the CPU from the ones working.
+    const auto waited = now - start;
+    if (waited < kSpin) continue;
+    if (waited < kYield) {
       sched_yield();
     } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      std::this_thread::sleep_for(kSleep);
     }
   }
   return Status::OK();

@@ -1,0 +1,285 @@
+// Flattened save: rank 0 gathers whole tensors bucket by bucket and streams
+// them into one file with CheckpointWriter, writing bucket k on a writer
+// thread while bucket k+1 is gathered into the other buffer.
+//
+// Per bucket, on every rank: agree (so a failure anywhere stops everyone
+// before data moves), then gather the bucket's slices to rank 0 straight
+// into place (GatherSegments: each rank sends the runs of its shards that
+// fall into each slice; rank 0 receives them at their offsets). At the end:
+// agree, rank 0 commits, agree on the commit.
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include "ckfmt/log.h"
+#include "buckets.h"
+#include "save_internal.h"
+
+namespace ckfmt::dist {
+namespace {
+
+// Writes buckets on a thread of its own (rank 0 only); one at a time.
+class BucketWriter {
+ public:
+  BucketWriter(CheckpointWriter& writer, const GlobalPlan& plan)
+      : writer_(writer), plan_(plan), thread_([this] { Loop(); }) {}
+  ~BucketWriter() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  // REQUIRES: the previous bucket finished (Wait() returned).
+  void Submit(const Bucket* bucket, const uint8_t* buffer) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      job_ = bucket;
+      buffer_ = buffer;
+    }
+    cv_.notify_all();
+  }
+
+  // The first error so far, without waiting.
+  Status Peek() {
+    std::lock_guard<std::mutex> l(mu_);
+    return error_;
+  }
+
+  // Waits for the submitted bucket; returns the first error so far.
+  Status Wait() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return job_ == nullptr; });
+    return error_;
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> l(mu_);
+    while (true) {
+      cv_.wait(l, [&] { return stop_ || job_ != nullptr; });
+      if (job_ == nullptr) return;
+      const Bucket* job = job_;
+      const uint8_t* buf = buffer_;
+      bool failed = !error_.ok();
+      l.unlock();
+      Status s = failed ? Status::OK() : Write(*job, buf);
+      l.lock();
+      if (error_.ok()) error_ = s;
+      job_ = nullptr;
+      cv_.notify_all();
+    }
+  }
+
+  Status Write(const Bucket& bucket, const uint8_t* buf) {
+    for (const WriteOp& op : bucket.ops) {
+      const PlanEntry& e = plan_.entries[op.entry];
+      if (!op.data) {
+        if (e.kind == EntryKind::kDict || e.kind == EntryKind::kList) {
+          CKFMT_RETURN_IF_ERROR(writer_.AddContainer(e.path, e.kind));
+        } else {
+          CKFMT_RETURN_IF_ERROR(writer_.AddScalar(e.path, ScalarOf(e)));
+        }
+        continue;
+      }
+      if (e.kind == EntryKind::kBytes) {
+        CKFMT_RETURN_IF_ERROR(writer_.AddBytes(e.path, e.content_type, buf + op.offset, op.bytes));
+        continue;
+      }
+      // Rank 0 wrote the piece; the shards' origin goes to saved_layout.
+      CKFMT_RETURN_IF_ERROR(
+          writer_.AddTensorPiece(e.path, e.dtype, e.shape, op.region, 0, buf + op.offset));
+      if (op.last && e.sharded) {
+        for (const Source& s : e.layout) {
+          CKFMT_RETURN_IF_ERROR(writer_.AddSavedLayout(e.path, ShardRecord{s.rank, s.region}));
+        }
+      }
+    }
+    return Status::OK();
+  }
+
+  CheckpointWriter& writer_;
+  const GlobalPlan& plan_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const Bucket* job_ = nullptr;
+  const uint8_t* buffer_ = nullptr;
+  Status error_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts after the members it uses
+};
+
+// A gather buffer. Left allocated when the communicator broke: the
+// transport may still write into it.
+class GatherBuffer {
+ public:
+  explicit GatherBuffer(const Communicator& comm) : comm_(comm) {}
+  GatherBuffer(const GatherBuffer&) = delete;
+  GatherBuffer& operator=(const GatherBuffer&) = delete;
+  ~GatherBuffer() {
+    if (!comm_.broken()) std::free(data_);
+  }
+  Status Reserve(uint64_t bytes) {
+    if (data_ || bytes == 0) return Status::OK();
+    // Not zeroed: pages are touched only as data arrives.
+    data_ = static_cast<uint8_t*>(std::aligned_alloc(4096, (bytes + 4095) & ~uint64_t{4095}));
+    if (!data_) return Status::IOError("cannot allocate a gather buffer of " + std::to_string(bytes) + " bytes");
+    size_ = bytes;
+    return Status::OK();
+  }
+  uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  const Communicator& comm_;
+  uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+// This rank's contribution to `bucket`: the runs of its owned regions that
+// fall into each slice, in op order and source order.
+std::vector<ConstSegment> SendSegments(const SaveContext& ctx, const Bucket& bucket,
+                                       uint64_t* bytes) {
+  std::vector<ConstSegment> segs;
+  for (const WriteOp& op : bucket.ops) {
+    if (!op.data || !ctx.local_data[op.entry]) continue;
+    const PlanEntry& e = ctx.plan.entries[op.entry];
+    const uint64_t es = e.ElementSize();
+    const uint8_t* base = ctx.local_data[op.entry];
+    ForEachOverlap(e.shape, *ctx.local_region[op.entry], op.region, [&](const Run& r) {
+      segs.push_back({base + r.src_offset * es, r.count * es});
+      *bytes += r.count * es;
+    });
+  }
+  return segs;
+}
+
+// Where every rank's contribution lands in rank 0's buffer.
+std::vector<std::vector<Segment>> RecvSegments(const SaveContext& ctx, const Bucket& bucket,
+                                               uint8_t* buf) {
+  std::vector<std::vector<Segment>> segs(ctx.comm.size());
+  for (const WriteOp& op : bucket.ops) {
+    if (!op.data) continue;
+    const PlanEntry& e = ctx.plan.entries[op.entry];
+    const uint64_t es = e.ElementSize();
+    for (const Source& o : e.owners) {
+      ForEachOverlap(e.shape, o.region, op.region, [&](const Run& r) {
+        segs[o.rank].push_back({buf + op.offset + r.dst_offset * es, r.count * es});
+      });
+    }
+  }
+  return segs;
+}
+
+}  // namespace
+
+Status FlattenedSave(SaveContext& ctx) {
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  const auto t_start = Clock::now();
+  double gather_s = 0, writer_wait_s = 0;
+  Communicator& comm = ctx.comm;
+  const uint64_t cap = std::max<uint64_t>(ctx.options.memory_budget / 2, 16);
+  const std::vector<Bucket> buckets = MakeBuckets(ctx.plan, cap);
+  ctx.stats.buckets = buckets.size();
+  ctx.stats.bucket_bytes = cap;
+
+  std::unique_ptr<CheckpointWriter> writer;
+  Status local;
+  if (ctx.root()) {
+    SaveOptions so = ctx.options.save;
+    so.world_size = static_cast<uint32_t>(comm.size());
+    so.save_mode = "flattened";
+    auto w = CheckpointWriter::Create(ctx.path, so);
+    if (w.ok()) {
+      writer = std::move(*w);
+      ctx.stats.io_path = writer->stats().io_path;
+    } else {
+      local = w.status();
+    }
+  }
+  CKFMT_RETURN_IF_ERROR(comm.AgreeOnStatus(local, "creating " + ctx.path));
+
+  uint64_t max_bytes = 0;
+  for (const Bucket& b : buckets) max_bytes = std::max(max_bytes, b.bytes);
+  GatherBuffer buffers[2] = {GatherBuffer(comm), GatherBuffer(comm)};
+  std::unique_ptr<BucketWriter> bucket_writer;
+  if (ctx.root()) bucket_writer = std::make_unique<BucketWriter>(*writer, ctx.plan);
+  auto fail = [&](Status s) {
+    if (bucket_writer) {
+      (void)bucket_writer->Wait();
+      bucket_writer.reset();
+    }
+    if (writer) writer->Abort();  // removes the temporary file
+    return s;
+  };
+
+  for (size_t k = 0; k < buckets.size(); ++k) {
+    const Bucket& bucket = buckets[k];
+    GatherBuffer& buf = buffers[k % 2];
+    local = ctx.Hook("bucket", k);
+    if (ctx.root() && local.ok()) local = bucket_writer->Peek();
+    if (ctx.root() && local.ok()) {
+      local = buf.Reserve(max_bytes);
+      ctx.stats.peak_gather_bytes = buffers[0].size() + buffers[1].size();
+    }
+    // Everyone is ready (and rank 0's writer has not failed) before data moves.
+    if (Status s = comm.AgreeOnStatus(local, "bucket " + std::to_string(k) + " of " + ctx.path);
+        !s.ok()) {
+      return fail(s);
+    }
+    uint64_t sent = 0;
+    std::vector<ConstSegment> send = SendSegments(ctx, bucket, &sent);
+    std::vector<std::vector<Segment>> recv;
+    if (ctx.root()) recv = RecvSegments(ctx, bucket, buf.data());
+    auto t_gather = Clock::now();
+    Status gathered = comm.GatherSegments(send, recv, 0);
+    gather_s += since(t_gather);
+    if (!gathered.ok()) return fail(gathered);
+    ctx.stats.local_raw_bytes += sent;
+    if (ctx.root()) {
+      // Bucket k-1 (the other buffer) must be written before it is reused
+      // by k+1; write k meanwhile.
+      auto t_wait = Clock::now();
+      Status w = bucket_writer->Wait();
+      writer_wait_s += since(t_wait);
+      if (w.ok()) bucket_writer->Submit(&bucket, buf.data());
+    }
+  }
+
+  local = ctx.Hook("commit");
+  if (ctx.root()) {
+    auto t_wait = Clock::now();
+    Status w = bucket_writer->Wait();
+    writer_wait_s += since(t_wait);
+    if (local.ok()) local = w;
+    bucket_writer.reset();
+  }
+  if (Status s = comm.AgreeOnStatus(local, "finishing " + ctx.path); !s.ok()) return fail(s);
+  local = Status::OK();
+  if (ctx.root()) {
+    local = writer->Commit();
+    ctx.stats.file_bytes = writer->stats().file_bytes;
+    ctx.stats.raw_bytes = writer->stats().raw_bytes;
+  }
+  Status committed = comm.AgreeOnStatus(local, "committing " + ctx.path);
+  if (ctx.root()) {
+    Log(LogLevel::kInfo, ctx.path + ": flattened save: " + std::to_string(buckets.size()) +
+                             " buckets; gathering " + std::to_string(gather_s) +
+                             " s, waiting for the writer " + std::to_string(writer_wait_s) +
+                             " s, total " + std::to_string(since(t_start)) + " s");
+  }
+  if (!committed.ok() && local.ok() && ctx.root()) {
+    Log(LogLevel::kWarning, ctx.path + ": committed, but a rank failed afterwards: " +
+                                committed.message());
+  }
+  return committed;
+}
+
+}  // namespace ckfmt::dist

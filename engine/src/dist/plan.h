@@ -1,0 +1,82 @@
+// Save plans: what each rank holds (LocalEntry), and the merged view all
+// ranks act on (GlobalPlan): every entry of the file in pre-order, with the
+// ranks that own each part of each tensor.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ckfmt/dist/dist_save.h"
+#include "ckfmt/index.h"
+
+namespace ckfmt::dist {
+
+// One entry of a rank's local state dict.
+struct LocalEntry {
+  KeyPath path;
+  EntryKind kind = EntryKind::kNone;
+  bool sharded = false;       // a tensor with a ShardSpec
+  DType dtype = DType::kU8;   // tensors; U8 for bytes
+  Shape shape;                // global shape; {size} for bytes
+  Region region;              // tensors and bytes: what this rank holds
+  std::string content_type;   // bytes
+  int64_t int_value = 0;
+  double float_value = 0;
+  bool bool_value = false;
+  std::string string_value;
+  bool has_checksum = false;  // XXH3 of the data (ReplicaCheck::kChecksum)
+  uint64_t checksum = 0;
+  const void* data = nullptr;  // local only, never sent
+};
+
+// Describes `state` (a dict) in pre-order, checking that every tensor is a
+// usable host tensor. `rank` names this rank in messages.
+Result<std::vector<LocalEntry>> DescribeLocalState(const Value& state, int rank,
+                                                   bool checksums);
+
+std::string EncodeLocalPlan(const std::vector<LocalEntry>& entries);
+Result<std::vector<LocalEntry>> DecodeLocalPlan(const std::string& bytes, int rank);
+
+struct Source {
+  uint32_t rank = 0;
+  Region region;
+};
+
+struct PlanEntry {
+  KeyPath path;
+  EntryKind kind = EntryKind::kNone;
+  DType dtype = DType::kU8;
+  Shape shape;
+  std::string content_type;
+  int64_t int_value = 0;
+  double float_value = 0;
+  bool bool_value = false;
+  std::string string_value;
+  bool sharded = false;
+  std::vector<Source> layout;  // sharded: every holding rank's region, by rank
+  std::vector<Source> owners;  // data entries: disjoint, covering the tensor once
+
+  bool HasData() const { return kind == EntryKind::kTensor || kind == EntryKind::kBytes; }
+  uint64_t ElementSize() const { return DTypeSize(dtype); }
+  uint64_t ByteSize() const;
+};
+
+struct GlobalPlan {
+  std::vector<PlanEntry> entries;
+};
+
+// Merges every rank's local plan (indexed by rank) into the global plan:
+// union of the entries in order of first appearance (rank 0 first), kinds,
+// dtypes and shapes checked across ranks, replicated entries owned by the
+// lowest rank, shards deduplicated and checked to tile each tensor.
+Result<GlobalPlan> MergePlans(const std::vector<std::vector<LocalEntry>>& per_rank,
+                              ReplicaCheck check, const std::string& file);
+
+std::string EncodeGlobalPlan(const GlobalPlan& plan);
+Result<GlobalPlan> DecodeGlobalPlan(const std::string& bytes);
+
+// The value a non-data entry carries (none, bool, int, float, string; or an
+// empty dict/list).
+Value ScalarOf(const PlanEntry& e);
+
+}  // namespace ckfmt::dist
