@@ -1,0 +1,875 @@
+// End-to-end benchmark: ckfmt::Save / CheckpointReader::Load of a realistic
+// training state against the raw bandwidth of the same directory, measured
+// in the same run.
+//
+//   ckfmt-bench-e2e [--dir DIR] [--size-gib 2] [--runs 5] [--codecs none,zstd,...] [--keep]
+//
+// Per run, in this order (so that drift of the virtual disk hits all rows
+// alike): raw io_uring O_DIRECT write + fsync, raw O_DIRECT read, memcpy,
+// then for each codec (default: none, zstd, byteplane-zstd; level 1) ckfmt
+// save and ckfmt load into preallocated tensors (in place). Before every
+// read the file's cached pages are dropped with posix_fadvise(DONTNEED);
+// reads use O_DIRECT as well.
+//
+// Throughput is logical bytes (tensor + blob bytes of the state dict) per
+// second of wall time; a save's time includes fsync, rename and directory
+// fsync, a load's time includes opening and validating the index.
+#include <fcntl.h>
+#include <liburing.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ckfmt/reader.h"
+#include "ckfmt/state_dict.h"
+#include "ckfmt/tensor.h"
+#include "ckfmt/writer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kMiB = 1024.0 * 1024.0;
+
+[[noreturn]] void Die(const std::string& msg) {
+  std::fprintf(stderr, "ckfmt-bench-e2e: %s\n", msg.c_str());
+  std::exit(1);
+}
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+double RuMaxRssMiB() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+// Per-operation peaks: writing "5" to /proc/self/clear_refs resets the
+// high-water mark (VmHWM) - and with it ru_maxrss - so the lifetime peak is
+// tracked here across resets.
+double g_lifetime_peak_mib = 0;
+
+double HwmMiB() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  double kib = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::strncmp(line, "VmHWM:", 6) == 0) kib = std::atof(line + 6);
+  }
+  std::fclose(f);
+  return kib / 1024.0;
+}
+
+// Returns false where the kernel does not allow the reset.
+bool ResetPeakRss() {
+  g_lifetime_peak_mib = std::max({g_lifetime_peak_mib, HwmMiB(), RuMaxRssMiB()});
+  const int fd = ::open("/proc/self/clear_refs", O_WRONLY);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, "5", 1) == 1;
+  ::close(fd);
+  return ok;
+}
+
+double LifetimePeakMiB() {
+  return std::max({g_lifetime_peak_mib, HwmMiB(), RuMaxRssMiB()});
+}
+
+// CPU seconds (user + system, all threads) used by the process so far.
+double CpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+std::string LoadAvg() {
+  FILE* f = std::fopen("/proc/loadavg", "r");
+  if (!f) return "?";
+  char buf[128] = {};
+  if (!std::fgets(buf, sizeof buf, f)) buf[0] = 0;
+  std::fclose(f);
+  std::string s(buf);
+  // "0.52 0.58 0.59 1/123 4567": keep the three averages.
+  size_t n = 0, pos = 0;
+  while (n < 3 && (pos = s.find(' ', pos + 1)) != std::string::npos) ++n;
+  return s.substr(0, pos == std::string::npos ? s.size() : pos);
+}
+
+double CurrentRssMiB() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  long pages = 0, resident = 0;
+  if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+  std::fclose(f);
+  return double(resident) * double(sysconf(_SC_PAGESIZE)) / kMiB;
+}
+
+void* AlignedAlloc(size_t n) {
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, std::max<size_t>(n, 1)) != 0) Die("out of memory");
+  return p;
+}
+
+void DropCache(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+// ---------------------------------------------------------------------------
+// Fast normal numbers: xorshift128+ and Box-Muller in float (about 6 ns a
+// value on one core; full 24-bit mantissas, unlike table lookups).
+
+struct Rng {
+  uint64_t s0, s1;
+  explicit Rng(uint64_t seed) {
+    auto mix = [](uint64_t& x) {
+      uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      return z ^ (z >> 31);
+    };
+    s0 = mix(seed);
+    s1 = mix(seed);
+  }
+  uint64_t Next() {
+    uint64_t x = s0;
+    const uint64_t y = s1;
+    s0 = y;
+    x ^= x << 23;
+    s1 = x ^ y ^ (x >> 17) ^ (y >> 26);
+    return s1 + y;
+  }
+};
+
+template <typename F>
+void ForNormals(size_t n, uint64_t seed, F&& emit) {
+  Rng r(seed);
+  size_t i = 0;
+  while (i < n) {
+    const uint64_t x = r.Next();
+    const float u1 = float((x >> 40) + 1) * (1.0f / 16777217.0f);
+    const float u2 = float(x & 0xffffff) * (1.0f / 16777216.0f);
+    const float rad = std::sqrt(-2.0f * std::log(u1));
+    float s, c;
+    sincosf(6.2831853f * u2, &s, &c);
+    emit(i++, rad * c);
+    if (i < n) emit(i++, rad * s);
+  }
+}
+
+uint16_t ToBF16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fff + ((u >> 16) & 1);
+  return uint16_t(u >> 16);
+}
+
+enum class Fill { kWeightBF16, kNormBF16, kExpAvg, kExpAvgSq };
+
+struct FillTask {
+  void* data;
+  size_t n;
+  Fill fill;
+  uint64_t seed;
+};
+
+void RunFill(const FillTask& t) {
+  switch (t.fill) {
+    case Fill::kWeightBF16: {
+      auto* p = static_cast<uint16_t*>(t.data);
+      ForNormals(t.n, t.seed, [&](size_t i, float z) { p[i] = ToBF16(0.02f * z); });
+      break;
+    }
+    case Fill::kNormBF16: {  // layer-norm gains: around 1
+      auto* p = static_cast<uint16_t*>(t.data);
+      ForNormals(t.n, t.seed, [&](size_t i, float z) { p[i] = ToBF16(1.0f + 0.05f * z); });
+      break;
+    }
+    case Fill::kExpAvg: {
+      auto* p = static_cast<float*>(t.data);
+      ForNormals(t.n, t.seed, [&](size_t i, float z) { p[i] = 1e-3f * z; });
+      break;
+    }
+    case Fill::kExpAvgSq: {  // an EMA of squared gradients: small, positive
+      auto* p = static_cast<float*>(t.data);
+      ForNormals(t.n, t.seed, [&](size_t i, float z) {
+        const float g = 1e-3f * z;
+        p[i] = g * g + 1e-9f;
+      });
+      break;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The training state: a transformer's bf16 weights plus fp32 AdamW moments
+// (10 bytes per parameter) and a few small objects.
+
+struct TensorSpec {
+  std::string fqn;  // torch-style dotted name
+  ckfmt::KeyPath model_path;
+  ckfmt::Shape shape;
+  bool norm;
+};
+
+struct Layout {
+  uint64_t d = 0, layers = 0, vocab = 32768;
+  std::vector<TensorSpec> params;
+  uint64_t num_params = 0;
+};
+
+Layout MakeLayout(double size_gib) {
+  const double target_params = size_gib * kGiB / 10.0;
+  Layout L;
+  // The widest model with at least 8 layers, embeddings included.
+  for (uint64_t d : {4096ull, 2048ull, 1024ull, 512ull, 256ull, 128ull}) {
+    const double per_layer = 12.0 * d * d + 2.0 * d;
+    const double left = target_params - double(L.vocab * d + d);
+    if (left / per_layer >= 8 || d == 128) {
+      L.d = d;
+      L.layers = uint64_t(std::max(1.0, std::floor(left / per_layer)));
+      break;
+    }
+  }
+  const uint64_t d = L.d;
+  auto add = [&](std::string fqn, ckfmt::KeyPath p, ckfmt::Shape s, bool norm) {
+    uint64_t n = 1;
+    for (auto x : s) n *= x;
+    L.num_params += n;
+    L.params.push_back({std::move(fqn), std::move(p), std::move(s), norm});
+  };
+  add("embed.weight", {"model", "embed.weight"}, {L.vocab, d}, false);
+  static const std::pair<const char*, int> kLayer[] = {
+      {"attn.q.weight", 0}, {"attn.k.weight", 0}, {"attn.v.weight", 0}, {"attn.o.weight", 0},
+      {"mlp.up.weight", 1}, {"mlp.down.weight", 2}, {"norm1.weight", 3}, {"norm2.weight", 3}};
+  for (uint64_t i = 0; i < L.layers; ++i) {
+    for (auto [name, k] : kLayer) {
+      ckfmt::Shape s = k == 0 ? ckfmt::Shape{d, d}
+                     : k == 1 ? ckfmt::Shape{4 * d, d}
+                     : k == 2 ? ckfmt::Shape{d, 4 * d}
+                              : ckfmt::Shape{d};
+      add("layers." + std::to_string(i) + "." + name, {"model", "layers", i, std::string(name)},
+          s, k == 3);
+    }
+  }
+  add("norm.weight", {"model", "norm.weight"}, {d}, true);
+  return L;
+}
+
+uint64_t Numel(const ckfmt::Shape& s) {
+  uint64_t n = 1;
+  for (auto x : s) n *= x;
+  return n;
+}
+
+// Owns the memory of one copy of the state's tensors.
+struct Buffers {
+  std::vector<void*> weights, exp_avg, exp_avg_sq;
+  std::vector<float*> steps;
+  std::string rng, dataloader;
+  ~Buffers() {
+    for (auto* v : {&weights, &exp_avg, &exp_avg_sq}) {
+      for (void* p : *v) std::free(p);
+    }
+    for (float* p : steps) std::free(p);
+  }
+};
+
+void AllocBuffers(const Layout& L, Buffers* b, bool touch) {
+  for (const auto& p : L.params) {
+    const uint64_t n = Numel(p.shape);
+    b->weights.push_back(AlignedAlloc(n * 2));
+    b->exp_avg.push_back(AlignedAlloc(n * 4));
+    b->exp_avg_sq.push_back(AlignedAlloc(n * 4));
+    b->steps.push_back(static_cast<float*>(AlignedAlloc(4)));
+    if (touch) {
+      std::memset(b->weights.back(), 0, n * 2);
+      std::memset(b->exp_avg.back(), 0, n * 4);
+      std::memset(b->exp_avg_sq.back(), 0, n * 4);
+    }
+    *b->steps.back() = 0;
+  }
+}
+
+void FillBuffers(const Layout& L, Buffers* b) {
+  std::vector<FillTask> tasks;
+  constexpr size_t kSlice = 8u << 20;  // elements per task
+  uint64_t seed = 1;
+  auto add = [&](void* data, size_t n, size_t esize, Fill f) {
+    for (size_t off = 0; off < n; off += kSlice) {
+      tasks.push_back({static_cast<uint8_t*>(data) + off * esize, std::min(kSlice, n - off), f,
+                       seed++});
+    }
+  };
+  for (size_t i = 0; i < L.params.size(); ++i) {
+    const uint64_t n = Numel(L.params[i].shape);
+    add(b->weights[i], n, 2, L.params[i].norm ? Fill::kNormBF16 : Fill::kWeightBF16);
+    add(b->exp_avg[i], n, 4, Fill::kExpAvg);
+    add(b->exp_avg_sq[i], n, 4, Fill::kExpAvgSq);
+    *b->steps[i] = 1000.0f;
+  }
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t t; (t = next.fetch_add(1)) < tasks.size();) RunFill(tasks[t]);
+  };
+  const unsigned nt = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> threads;
+  for (unsigned i = 0; i < nt; ++i) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+
+  // RNG state (torch's CPU generator state is 5056 bytes) and a data-loader
+  // state as a JSON blob.
+  b->rng.resize(5056);
+  Rng r(42);
+  for (auto& c : b->rng) c = char(r.Next() >> 56);
+  b->dataloader =
+      R"({"epoch": 3, "samples_seen": 12800000, "shuffle_seed": 1234, )"
+      R"("workers": [{"shard": 0, "offset": 77312}, {"shard": 1, "offset": 77056}]})";
+}
+
+// The state dict over `b`'s memory (views: no copies).
+ckfmt::Value MakeStateDict(const Layout& L, const Buffers& b, int64_t step) {
+  using ckfmt::Dict;
+  using ckfmt::List;
+  using ckfmt::Tensor;
+  using ckfmt::Value;
+  Dict model;
+  List layers(L.layers, Value(Dict{}));
+  Dict optim_state;
+  List all_names;
+  for (size_t i = 0; i < L.params.size(); ++i) {
+    const TensorSpec& p = L.params[i];
+    Tensor w = Tensor::View(ckfmt::DType::kBF16, p.shape, b.weights[i]);
+    if (p.model_path[1] == ckfmt::PathComponent(std::string("layers"))) {
+      const uint64_t li = std::get<uint64_t>(p.model_path[2]);
+      layers[li].as_dict().Set(std::get<std::string>(p.model_path[3]), Value(w));
+    } else {
+      model.Set(std::get<std::string>(p.model_path[1]), Value(w));
+    }
+    Dict st;
+    st.Set("step", Value(Tensor::View(ckfmt::DType::kF32, {}, b.steps[i])));
+    st.Set("exp_avg", Value(Tensor::View(ckfmt::DType::kF32, p.shape, b.exp_avg[i])));
+    st.Set("exp_avg_sq", Value(Tensor::View(ckfmt::DType::kF32, p.shape, b.exp_avg_sq[i])));
+    optim_state.Set(p.fqn, Value(std::move(st)));
+    all_names.push_back(Value(p.fqn));
+  }
+  // Insertion order like torch: embed, layers, final norm.
+  Dict model_ordered;
+  model_ordered.Set("embed.weight", *model.Find("embed.weight"));
+  model_ordered.Set("layers", Value(std::move(layers)));
+  model_ordered.Set("norm.weight", *model.Find("norm.weight"));
+
+  Dict group;
+  group.Set("lr", Value(3e-4));
+  group.Set("betas", Value(List{Value(0.9), Value(0.95)}));
+  group.Set("eps", Value(1e-8));
+  group.Set("weight_decay", Value(0.1));
+  group.Set("params", Value(std::move(all_names)));
+  Dict optim;
+  optim.Set("state", Value(std::move(optim_state)));
+  optim.Set("param_groups", Value(List{Value(std::move(group))}));
+
+  Dict root;
+  root.Set("model", Value(std::move(model_ordered)));
+  root.Set("optim", Value(std::move(optim)));
+  root.Set("step", Value(step));
+  root.Set("rng", Value(ckfmt::Bytes{"raw", b.rng}));
+  root.Set("dataloader", Value(ckfmt::Bytes{"json", b.dataloader}));
+  return Value(std::move(root));
+}
+
+uint64_t LogicalBytes(const Layout& L, const Buffers& b) {
+  return L.num_params * 10 + L.params.size() * 4 + b.rng.size() + b.dataloader.size();
+}
+
+// Every tensor byte of dst equals src's.
+bool SameTensors(const Layout& L, const Buffers& a, const Buffers& b) {
+  for (size_t i = 0; i < L.params.size(); ++i) {
+    const uint64_t n = Numel(L.params[i].shape);
+    if (std::memcmp(a.weights[i], b.weights[i], n * 2) != 0 ||
+        std::memcmp(a.exp_avg[i], b.exp_avg[i], n * 4) != 0 ||
+        std::memcmp(a.exp_avg_sq[i], b.exp_avg_sq[i], n * 4) != 0 ||
+        std::memcmp(a.steps[i], b.steps[i], 4) != 0) {
+      std::fprintf(stderr, "mismatch in %s\n", L.params[i].fqn.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+void Poison(const Layout& L, Buffers* b) {
+  for (size_t i = 0; i < L.params.size(); ++i) {
+    const uint64_t n = Numel(L.params[i].shape);
+    std::memset(b->weights[i], 0xA5, n * 2);
+    std::memset(b->exp_avg[i], 0xA5, n * 4);
+    std::memset(b->exp_avg_sq[i], 0xA5, n * 4);
+    *b->steps[i] = -1;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Raw bandwidth with io_uring: 4 MiB blocks, queue depth 8, O_DIRECT.
+
+constexpr size_t kRawBlock = 4u << 20;
+constexpr unsigned kRawDepth = 8;
+
+struct RawIo {
+  std::vector<void*> bufs;
+  RawIo() {
+    for (unsigned i = 0; i < kRawDepth; ++i) bufs.push_back(AlignedAlloc(kRawBlock));
+  }
+  ~RawIo() {
+    for (void* p : bufs) std::free(p);
+  }
+  RawIo(const RawIo&) = delete;
+  RawIo& operator=(const RawIo&) = delete;
+};
+
+// Returns seconds for moving `bytes` (a multiple of kRawBlock), fsync included
+// for writes.
+double RawTransfer(const std::string& path, uint64_t bytes, bool write, RawIo& io) {
+  const int flags = write ? (O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT) : (O_RDONLY | O_DIRECT);
+  const int fd = ::open(path.c_str(), flags, 0644);
+  if (fd < 0) Die("open " + path + ": " + std::strerror(errno));
+  io_uring ring;
+  if (int e = io_uring_queue_init(kRawDepth, &ring, 0); e < 0) {
+    Die(std::string("io_uring_queue_init: ") + std::strerror(-e));
+  }
+  const uint64_t nblocks = bytes / kRawBlock;
+  std::vector<unsigned> free_slots;
+  for (unsigned i = 0; i < kRawDepth; ++i) free_slots.push_back(i);
+  uint64_t submitted = 0, done = 0;
+  const auto t0 = Clock::now();
+  while (done < nblocks) {
+    unsigned queued = 0;
+    while (!free_slots.empty() && submitted < nblocks) {
+      const unsigned slot = free_slots.back();
+      free_slots.pop_back();
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+      if (!sqe) Die("io_uring_get_sqe failed");
+      if (write) {
+        io_uring_prep_write(sqe, fd, io.bufs[slot], kRawBlock, submitted * kRawBlock);
+      } else {
+        io_uring_prep_read(sqe, fd, io.bufs[slot], kRawBlock, submitted * kRawBlock);
+      }
+      io_uring_sqe_set_data64(sqe, slot);
+      ++submitted;
+      ++queued;
+    }
+    if (queued) {
+      if (int e = io_uring_submit(&ring); e < 0) {
+        Die(std::string("io_uring_submit: ") + std::strerror(-e));
+      }
+    }
+    io_uring_cqe* cqe = nullptr;
+    if (int e = io_uring_wait_cqe(&ring, &cqe); e < 0) {
+      Die(std::string("io_uring_wait_cqe: ") + std::strerror(-e));
+    }
+    do {
+      if (cqe->res != int(kRawBlock)) {
+        Die(std::string("raw ") + (write ? "write" : "read") + " returned " +
+            std::to_string(cqe->res) +
+            (cqe->res < 0 ? std::string(" ") + std::strerror(-cqe->res) : std::string()));
+      }
+      free_slots.push_back(unsigned(io_uring_cqe_get_data64(cqe)));
+      ++done;
+      io_uring_cqe_seen(&ring, cqe);
+    } while (io_uring_peek_cqe(&ring, &cqe) == 0);
+  }
+  if (write && ::fsync(fd) != 0) Die("fsync: " + std::string(std::strerror(errno)));
+  const auto t1 = Clock::now();
+  io_uring_queue_exit(&ring);
+  ::close(fd);
+  return Seconds(t0, t1);
+}
+
+// memcpy of the whole state, source tensors into the destination tensors
+// (one thread; both already resident, as a load's target is).
+double MemcpyGiBs(const Layout& L, const Buffers& src, Buffers* dst) {
+  uint64_t bytes = 0;
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < L.params.size(); ++i) {
+    const uint64_t n = Numel(L.params[i].shape);
+    std::memcpy(dst->weights[i], src.weights[i], n * 2);
+    std::memcpy(dst->exp_avg[i], src.exp_avg[i], n * 4);
+    std::memcpy(dst->exp_avg_sq[i], src.exp_avg_sq[i], n * 4);
+    bytes += n * 10;
+  }
+  const auto t1 = Clock::now();
+  return double(bytes) / kGiB / Seconds(t0, t1);
+}
+
+// ---------------------------------------------------------------------------
+
+struct Series {
+  std::string name;
+  std::vector<double> gibs = {};  // GiB/s per run
+  double peak_delta_mib = -1;      // max over runs of (peak RSS during the op - RSS before)
+  std::vector<double> cores = {};  // CPU seconds / wall seconds per run
+  void Rss(double before_mib) {
+    peak_delta_mib = std::max(peak_delta_mib, HwmMiB() - before_mib);
+  }
+  double Median() const {
+    std::vector<double> v = gibs;
+    std::sort(v.begin(), v.end());
+    if (v.empty()) return 0;
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  }
+  double Min() const { return gibs.empty() ? 0 : *std::min_element(gibs.begin(), gibs.end()); }
+  double Max() const { return gibs.empty() ? 0 : *std::max_element(gibs.begin(), gibs.end()); }
+};
+
+struct Args {
+  std::string dir;
+  double size_gib = 2.0;
+  int runs = 5;
+  std::vector<ckfmt::Codec> codecs = {ckfmt::Codec::kNone, ckfmt::Codec::kZstd,
+                                      ckfmt::Codec::kBytePlaneZstd};
+  bool keep = false;
+  ckfmt::IoOptions io;  // the engine's defaults unless overridden
+};
+
+Args ParseArgs(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string s = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) Die("missing value for " + s);
+      return argv[++i];
+    };
+    if (s == "--dir") {
+      a.dir = val();
+    } else if (s == "--size-gib") {
+      a.size_gib = std::atof(val().c_str());
+    } else if (s == "--runs") {
+      a.runs = std::atoi(val().c_str());
+    } else if (s == "--codecs") {
+      a.codecs.clear();
+      std::string list = val();
+      for (size_t pos = 0; pos <= list.size();) {
+        size_t end = list.find(',', pos);
+        if (end == std::string::npos) end = list.size();
+        auto c = ckfmt::CodecFromName(list.substr(pos, end - pos));
+        if (!c.ok()) Die(c.status().ToString());
+        a.codecs.push_back(*c);
+        pos = end + 1;
+      }
+    } else if (s == "--no-zstd") {
+      a.codecs = {ckfmt::Codec::kNone};
+    } else if (s == "--keep") {
+      a.keep = true;
+    } else if (s == "--block-mib") {
+      a.io.block_size = uint64_t(std::atof(val().c_str()) * kMiB);
+    } else if (s == "--staging-mib") {
+      a.io.staging_bytes = uint64_t(std::atof(val().c_str()) * kMiB);
+    } else if (s == "--io-threads") {
+      a.io.threads = unsigned(std::atoi(val().c_str()));
+    } else if (s == "--buffered") {
+      a.io.backend = ckfmt::IoBackend::kPread;
+      a.io.direct_io = false;
+    } else if (s == "-h" || s == "--help") {
+      std::printf(
+          "usage: ckfmt-bench-e2e [--dir DIR] [--size-gib 2] [--runs 5] [--codecs LIST] [--keep]\n"
+          "  --dir DIR       directory on the disk to measure (default: a new dir under /tmp)\n"
+          "  --size-gib N    logical size of the training state (default 2; 0.25 for a quick run)\n"
+          "  --runs N        repetitions of every measurement (default 5)\n"
+          "  --codecs LIST   codecs to save/load with (default none,zstd,byteplane-zstd; level 1)\n"
+          "  --no-zstd       same as --codecs none\n"
+          "  --keep          keep the checkpoint files (default: removed)\n"
+          "engine I/O options (default: the engine's IoOptions defaults):\n"
+          "  --block-mib N   IoOptions::block_size\n"
+          "  --staging-mib N IoOptions::staging_bytes\n"
+          "  --io-threads N  IoOptions::threads\n"
+          "  --buffered      IoBackend::kPread without O_DIRECT (the page cache is still\n"
+          "                  dropped before every load)\n");
+      std::exit(0);
+    } else {
+      Die("unknown argument " + s + " (see --help)");
+    }
+  }
+  if (a.size_gib <= 0 || a.runs < 1 || a.codecs.empty()) {
+    Die("--size-gib must be > 0, --runs >= 1, --codecs not empty");
+  }
+  return a;
+}
+
+std::string KeyName(ckfmt::Codec c) {
+  std::string n(ckfmt::CodecName(uint8_t(c)));
+  std::replace(n.begin(), n.end(), '-', '_');
+  return n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args = ParseArgs(argc, argv);
+  bool made_dir = false;
+  if (args.dir.empty()) {
+    char tmpl[] = "/tmp/ckfmt-bench-XXXXXX";
+    if (!::mkdtemp(tmpl)) Die(std::string("mkdtemp: ") + std::strerror(errno));
+    args.dir = tmpl;
+    made_dir = true;
+  } else {
+    std::error_code ec;
+    std::filesystem::create_directories(args.dir, ec);
+    if (ec) Die("cannot create " + args.dir + ": " + ec.message());
+  }
+
+  // Build the state.
+  const Layout L = MakeLayout(args.size_gib);
+  Buffers src, dst;
+  const auto g0 = Clock::now();
+  AllocBuffers(L, &src, /*touch=*/false);
+  FillBuffers(L, &src);
+  AllocBuffers(L, &dst, /*touch=*/true);  // the trainer's preallocated tensors
+  dst.rng = std::string(src.rng.size(), '\0');
+  dst.dataloader = "{}";
+  const auto g1 = Clock::now();
+  const uint64_t logical = LogicalBytes(L, src);
+  const uint64_t raw_bytes = (logical + kRawBlock - 1) / kRawBlock * kRawBlock;
+  ckfmt::Value state = MakeStateDict(L, src, 1000);
+
+  struct statvfs vfs{};
+  if (::statvfs(args.dir.c_str(), &vfs) == 0) {
+    const double avail = double(vfs.f_bavail) * double(vfs.f_frsize);
+    if (avail < 1.5 * double(raw_bytes)) Die("not enough free space in " + args.dir);
+  }
+
+  std::printf("ckfmt-bench-e2e: dir %s, %d run(s), %u cores; engine IoOptions: %s, "
+              "direct_io %d, block %.1f MiB, staging %.1f MiB, threads %u\n",
+              args.dir.c_str(), args.runs, std::thread::hardware_concurrency(),
+              std::string(ckfmt::IoBackendName(args.io.backend)).c_str(), int(args.io.direct_io),
+              double(args.io.block_size) / kMiB, double(args.io.staging_bytes) / kMiB,
+              args.io.threads);
+  std::printf("state: %.3f GiB logical = %llu params (d=%llu, %llu layers, vocab %llu) x "
+              "(bf16 weight + fp32 exp_avg + fp32 exp_avg_sq), %zu tensors + step/rng/dataloader; "
+              "generated in %.1f s\n",
+              double(logical) / kGiB, (unsigned long long)L.num_params, (unsigned long long)L.d,
+              (unsigned long long)L.layers, (unsigned long long)L.vocab, L.params.size() * 4,
+              Seconds(g0, g1));
+  const double rss_state = CurrentRssMiB();
+  std::printf("RSS after building source + destination tensors: %.0f MiB\n", rss_state);
+  std::fflush(stdout);
+
+  const std::string raw_path = args.dir + "/raw.bin";
+
+  RawIo rawio;
+  for (unsigned i = 0; i < kRawDepth; ++i) {  // distinct, incompressible payload
+    Rng r(1000 + i);
+    auto* p = static_cast<uint64_t*>(rawio.bufs[i]);
+    for (size_t k = 0; k < kRawBlock / 8; ++k) p[k] = r.Next();
+  }
+
+  Series raw_w{"raw write (io_uring O_DIRECT 4MiB QD8 +fsync)"};
+  Series raw_r{"raw read  (io_uring O_DIRECT 4MiB QD8)"};
+  Series mcp{"memcpy of the state (1 thread)"};
+  struct CodecRows {
+    ckfmt::Codec codec;
+    Series save, load;
+    double ratio = 0;  // logical / stored
+    uint64_t file_bytes = 0;
+  };
+  std::vector<CodecRows> rows;
+  for (ckfmt::Codec c : args.codecs) {
+    std::string n(ckfmt::CodecName(uint8_t(c)));
+    if (c != ckfmt::Codec::kNone) n += "-1";
+    rows.push_back({c, Series{"ckfmt save (" + n + ")"}, Series{"ckfmt load (" + n + ", in place)"}});
+  }
+  std::vector<double> open_ms;
+  std::string io_path;
+
+  auto do_save = [&](const std::string& path, CodecRows& cr, int run) {
+    Series& s = cr.save;
+    std::filesystem::remove(path);
+    ckfmt::SaveOptions so;
+    so.codec = cr.codec;
+    so.level = 1;
+    so.io = args.io;
+    const double rss0 = CurrentRssMiB();
+    const bool hwm = ResetPeakRss();
+    const double c0 = CpuSeconds();
+    const auto t0 = Clock::now();
+    auto r = ckfmt::Save(path, state, so);
+    const auto t1 = Clock::now();
+    s.cores.push_back((CpuSeconds() - c0) / Seconds(t0, t1));
+    if (hwm) s.Rss(rss0);
+    if (!r.ok()) Die("Save " + path + ": " + r.status().ToString());
+    if (r->raw_bytes != logical) {
+      std::fprintf(stderr, "note: WriteStats.raw_bytes %llu != logical bytes %llu\n",
+                   (unsigned long long)r->raw_bytes, (unsigned long long)logical);
+    }
+    s.gibs.push_back(double(logical) / kGiB / Seconds(t0, t1));
+    cr.ratio = double(r->raw_bytes) / double(r->stored_bytes);
+    cr.file_bytes = r->file_bytes;
+    io_path = r->io_path;
+    std::printf("  run %d: %-36s %6.3f GiB/s  (%.2f s, file %.0f MiB, %s)\n", run, s.name.c_str(),
+                s.gibs.back(), Seconds(t0, t1), double(r->file_bytes) / kMiB, r->io_path.c_str());
+  };
+  auto do_load = [&](const std::string& path, Series& s, int run) {
+    Poison(L, &dst);
+    ckfmt::Value into = MakeStateDict(L, dst, 0);
+    DropCache(path);
+    const double rss0 = CurrentRssMiB();
+    const bool hwm = ResetPeakRss();
+    const double c0 = CpuSeconds();
+    const auto t0 = Clock::now();
+    ckfmt::ReadOptions ro;
+    ro.io = args.io;
+    auto reader = ckfmt::CheckpointReader::Open(path, ro);
+    if (!reader.ok()) Die("Open " + path + ": " + reader.status().ToString());
+    const auto t_open = Clock::now();
+    auto rep = (*reader)->Load(&into);
+    const auto t1 = Clock::now();
+    s.cores.push_back((CpuSeconds() - c0) / Seconds(t0, t1));
+    if (hwm) s.Rss(rss0);
+    if (!rep.ok()) Die("Load " + path + ": " + rep.status().ToString());
+    reader->reset();
+    open_ms.push_back(Seconds(t0, t_open) * 1e3);
+    s.gibs.push_back(double(logical) / kGiB / Seconds(t0, t1));
+    if (!rep->reconstructed.empty() || !rep->missing.empty() || !rep->unexpected.empty()) {
+      Die("in-place load reconstructed/missed entries:\n" + rep->ToString());
+    }
+    if (!SameTensors(L, src, dst)) Die("loaded tensors differ from the saved ones (" + path + ")");
+    const ckfmt::Value* step = into.Find({"step"});
+    const ckfmt::Value* rng = into.Find({"rng"});
+    const ckfmt::Value* dl = into.Find({"dataloader"});
+    if (!step || step->kind() != ckfmt::Value::Kind::kInt || step->as_int() != 1000 || !rng ||
+        rng->kind() != ckfmt::Value::Kind::kBytes || rng->as_bytes().data != src.rng || !dl ||
+        dl->kind() != ckfmt::Value::Kind::kBytes || dl->as_bytes().data != src.dataloader) {
+      Die("loaded small objects differ from the saved ones (" + path + ")");
+    }
+    std::printf("  run %d: %-36s %6.3f GiB/s  (%.2f s, open+index %.1f ms, verified)\n", run,
+                s.name.c_str(), s.gibs.back(), Seconds(t0, t1), open_ms.back());
+  };
+
+  const std::string load_start = LoadAvg();
+  const auto b0 = Clock::now();
+  for (int run = 0; run < args.runs; ++run) {
+    const double tw = RawTransfer(raw_path, raw_bytes, /*write=*/true, rawio);
+    raw_w.gibs.push_back(double(raw_bytes) / kGiB / tw);
+    DropCache(raw_path);
+    const double tr = RawTransfer(raw_path, raw_bytes, /*write=*/false, rawio);
+    raw_r.gibs.push_back(double(raw_bytes) / kGiB / tr);
+    std::filesystem::remove(raw_path);
+    mcp.gibs.push_back(MemcpyGiBs(L, src, &dst));
+    std::printf("  run %d: raw write %.3f GiB/s, raw read %.3f GiB/s, memcpy %.2f GiB/s\n", run,
+                raw_w.gibs.back(), raw_r.gibs.back(), mcp.gibs.back());
+    std::fflush(stdout);
+    for (CodecRows& cr : rows) {
+      const std::string path = args.dir + "/state_" + KeyName(cr.codec) + ".ckfmt";
+      do_save(path, cr, run);
+      do_load(path, cr.load, run);
+      if (!args.keep) std::filesystem::remove(path);
+      std::fflush(stdout);
+    }
+  }
+  const auto b1 = Clock::now();
+  const double peak = LifetimePeakMiB();
+
+  std::printf("\nckfmt-bench-e2e: %.3f GiB logical state, %d run(s), dir %s, engine I/O %s\n",
+              double(logical) / kGiB, args.runs, args.dir.c_str(), io_path.c_str());
+  // Median over runs of (this run's figure / this run's raw figure).
+  auto paired = [](const Series& s, const Series& ref) {
+    Series r;
+    for (size_t i = 0; i < s.gibs.size() && i < ref.gibs.size(); ++i) {
+      r.gibs.push_back(s.gibs[i] / ref.gibs[i]);
+    }
+    return r.Median();
+  };
+  std::printf("%-48s %8s %8s %8s %8s %8s %9s %6s\n", "measurement (GiB/s, logical bytes)",
+              "median", "min", "max", "vs raw", "paired", "+RSS MiB", "cores");
+  auto row = [&](const Series& s, const Series* ref) {
+    if (s.gibs.empty()) return;
+    char ratio[32] = "", pair[32] = "", rss[32] = "", cores[32] = "";
+    if (ref) std::snprintf(ratio, sizeof ratio, "%.2fx", s.Median() / ref->Median());
+    if (ref) std::snprintf(pair, sizeof pair, "%.2fx", paired(s, *ref));
+    if (s.peak_delta_mib >= 0) std::snprintf(rss, sizeof rss, "%.0f", s.peak_delta_mib);
+    if (!s.cores.empty()) {
+      std::vector<double> c = s.cores;
+      std::sort(c.begin(), c.end());
+      std::snprintf(cores, sizeof cores, "%.2f", c[c.size() / 2]);
+    }
+    std::printf("%-48s %8.3f %8.3f %8.3f %8s %8s %9s %6s\n", s.name.c_str(), s.Median(),
+                s.Min(), s.Max(), ratio, pair, rss, cores);
+  };
+  row(raw_w, nullptr);
+  row(raw_r, nullptr);
+  row(mcp, nullptr);
+  for (const CodecRows& cr : rows) {
+    row(cr.save, &raw_w);
+    row(cr.load, &raw_r);
+  }
+  std::sort(open_ms.begin(), open_ms.end());
+  std::printf("'vs raw' = median of the row / median of raw write (saves) or raw read (loads);\n"
+              "'paired' = median over runs of (the row's figure / the same run's raw figure).\n"
+              "'+RSS' = max over runs of the peak RSS during the operation minus the RSS before it\n"
+              "         (VmHWM, reset through /proc/self/clear_refs before each operation).\n"
+              "'cores' = median of (process CPU time / wall time) during the operation.\n"
+              "All rows count logical bytes: a compressed row above 1.00x is faster than the disk.\n");
+  for (const CodecRows& cr : rows) {
+    std::printf("  %-16s file %8.1f MiB, logical/stored %.3fx\n",
+                std::string(ckfmt::CodecName(uint8_t(cr.codec))).c_str(),
+                double(cr.file_bytes) / kMiB, cr.ratio);
+  }
+  std::printf("open + index validation: median %.1f ms\n", open_ms[open_ms.size() / 2]);
+  std::printf("peak RSS (process-lifetime max of getrusage ru_maxrss / VmHWM) %.0f MiB; the "
+              "source + destination state alone is %.0f MiB\n",
+              peak, rss_state);
+  std::printf("benchmark wall time %.0f s; load average at start %s, at end %s (other\n"
+              "processes on this machine compete for its %u cores: compare rows of one run only)\n",
+              Seconds(b0, b1), load_start.c_str(), LoadAvg().c_str(),
+              std::thread::hardware_concurrency());
+
+  std::string line = "CKFMT_E2E";
+  char buf[256];
+  auto kv = [&](const char* fmt, auto... a) {
+    std::snprintf(buf, sizeof buf, fmt, a...);
+    line += " ";
+    line += buf;
+  };
+  kv("size_gib=%.3f", double(logical) / kGiB);
+  kv("runs=%d", args.runs);
+  kv("raw_write=%.3f", raw_w.Median());
+  kv("raw_read=%.3f", raw_r.Median());
+  kv("memcpy=%.2f", mcp.Median());
+  double save_rss = 0, load_rss = 0;
+  for (const CodecRows& cr : rows) {
+    const std::string k = KeyName(cr.codec);
+    kv("save_%s=%.3f", k.c_str(), cr.save.Median());
+    kv("save_%s_vs_raw=%.2f", k.c_str(), cr.save.Median() / raw_w.Median());
+    kv("save_%s_paired=%.2f", k.c_str(), paired(cr.save, raw_w));
+    kv("load_%s=%.3f", k.c_str(), cr.load.Median());
+    kv("load_%s_vs_raw=%.2f", k.c_str(), cr.load.Median() / raw_r.Median());
+    kv("load_%s_paired=%.2f", k.c_str(), paired(cr.load, raw_r));
+    if (cr.codec != ckfmt::Codec::kNone) kv("ratio_%s=%.3f", k.c_str(), cr.ratio);
+    save_rss = std::max(save_rss, cr.save.peak_delta_mib);
+    load_rss = std::max(load_rss, cr.load.peak_delta_mib);
+  }
+  kv("peak_rss_mib=%.0f", peak);
+  kv("save_extra_rss_mib=%.0f", save_rss);
+  kv("load_extra_rss_mib=%.0f", load_rss);
+  std::printf("%s\n", line.c_str());
+
+  if (made_dir && !args.keep) std::filesystem::remove_all(args.dir);
+  return 0;
+}

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Builds and runs ckfmt's benchmarks: the end-to-end save/load benchmark
+# (raw disk bandwidth, ckfmt save/load, table at the end and a grep-able
+# CKFMT_E2E line) and the micro benchmarks.
+#
+#   bench/run_all.sh                         # 2 GiB state, 5 runs (a few minutes)
+#   bench/run_all.sh --size-gib 0.25 --runs 2   # quick
+#   bench/run_all.sh --dir /mnt/nvme/tmp     # measure another disk
+#
+# Arguments go to ckfmt-bench-e2e. Environment: BUILD_DIR (default build; it
+# is configured as Release if it does not exist yet), MICRO_ARGS (arguments
+# for ckfmt_micro_bench, e.g. "--benchmark_filter=Zstd"), SKIP_MICRO=1.
+# Both outputs are also written to $BUILD_DIR/bench/*.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
+fi
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target ckfmt-bench-e2e ckfmt_micro_bench
+
+build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
+echo "== build type: ${build_type:-?}; $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+
+echo "== end-to-end benchmark: $BUILD_DIR/bench/ckfmt-bench-e2e $*"
+"$BUILD_DIR/bench/ckfmt-bench-e2e" "$@" | tee "$BUILD_DIR/bench/e2e.txt"
+
+if [ "${SKIP_MICRO:-0}" != 1 ]; then
+  echo
+  echo "== micro benchmarks: $BUILD_DIR/bench/ckfmt_micro_bench ${MICRO_ARGS:-}"
+  # shellcheck disable=SC2086
+  "$BUILD_DIR/bench/ckfmt_micro_bench" ${MICRO_ARGS:-} | tee "$BUILD_DIR/bench/micro.txt"
+fi
+
+echo
+echo "== summary"
+# The table is the last block of the e2e output, from its header line on.
+sed -n '/^ckfmt-bench-e2e: .* logical state/,$p' "$BUILD_DIR/bench/e2e.txt"
