@@ -546,6 +546,7 @@ struct Args {
   std::vector<ckfmt::Codec> codecs = {ckfmt::Codec::kNone, ckfmt::Codec::kZstd,
                                       ckfmt::Codec::kBytePlaneZstd};
   bool keep = false;
+  bool raw_only = false;  // measure the disk only (for bench/compare)
   ckfmt::IoOptions io;  // the engine's defaults unless overridden
 };
 
@@ -578,6 +579,8 @@ Args ParseArgs(int argc, char** argv) {
       a.codecs = {ckfmt::Codec::kNone};
     } else if (s == "--keep") {
       a.keep = true;
+    } else if (s == "--raw-only") {
+      a.raw_only = true;
     } else if (s == "--block-mib") {
       a.io.block_size = uint64_t(std::atof(val().c_str()) * kMiB);
     } else if (s == "--staging-mib") {
@@ -596,6 +599,7 @@ Args ParseArgs(int argc, char** argv) {
           "  --codecs LIST   codecs to save/load with (default none,zstd,byteplane-zstd; level 1)\n"
           "  --no-zstd       same as --codecs none\n"
           "  --keep          keep the checkpoint files (default: removed)\n"
+          "  --raw-only      measure only the raw disk; prints RAW write_gibs=W read_gibs=R\n"
           "engine I/O options (default: the engine's IoOptions defaults):\n"
           "  --block-mib N   IoOptions::block_size\n"
           "  --staging-mib N IoOptions::staging_bytes\n"
@@ -633,6 +637,28 @@ int main(int argc, char** argv) {
     std::error_code ec;
     std::filesystem::create_directories(args.dir, ec);
     if (ec) Die("cannot create " + args.dir + ": " + ec.message());
+  }
+
+  if (args.raw_only) {  // the baseline other benchmarks compare against
+    RawIo rawio;
+    for (unsigned i = 0; i < kRawDepth; ++i) {
+      Rng r(1000 + i);
+      auto* p = static_cast<uint64_t*>(rawio.bufs[i]);
+      for (size_t k = 0; k < kRawBlock / 8; ++k) p[k] = r.Next();
+    }
+    const uint64_t bytes = uint64_t(args.size_gib * kGiB) / kRawBlock * kRawBlock;
+    const std::string path = args.dir + "/raw.bin";
+    std::vector<double> w, r;
+    for (int i = 0; i < args.runs; ++i) {
+      w.push_back(double(bytes) / kGiB / RawTransfer(path, bytes, true, rawio));
+      r.push_back(double(bytes) / kGiB / RawTransfer(path, bytes, false, rawio));
+    }
+    ::unlink(path.c_str());
+    if (made_dir) ::rmdir(args.dir.c_str());
+    std::sort(w.begin(), w.end());
+    std::sort(r.begin(), r.end());
+    std::printf("RAW write_gibs=%.3f read_gibs=%.3f\n", w[w.size() / 2], r[r.size() / 2]);
+    return 0;
   }
 
   // Build the state.

@@ -15,7 +15,6 @@ target_sources(ckfmt_engine PRIVATE
   ${CKFMT_DIST_DIR}/layout.cc
   ${CKFMT_DIST_DIR}/parallel_save.cc
   ${CKFMT_DIST_DIR}/plan.cc
-  ${CKFMT_DIST_DIR}/range_writer.cc
   ${CKFMT_DIST_DIR}/sharded_state.cc
   ${CKFMT_DIST_DIR}/wire.cc)
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <map>
 
@@ -23,7 +24,7 @@
 #include "ckfmt/file_layout.h"
 #include "ckfmt/log.h"
 #include "io/file.h"
-#include "range_writer.h"
+#include "io/staged_output.h"
 #include "save_internal.h"
 #include "thread_pool.h"
 #include "wire.h"
@@ -111,21 +112,32 @@ uint64_t RangeBytes(const std::vector<LocalPiece>& pieces) {
 }
 
 // Writes the chunks from `base` on, recording each chunk's offset.
-Status WriteRange(const SharedFile& file, uint64_t base, const IoOptions& io,
+// Streams through the engine's staging slots and I/O backend (io_uring
+// where available), as a single-process save does.
+Status WriteRange(const File& file, uint64_t base, const IoOptions& io,
                   const std::vector<LocalPiece>& pieces, std::vector<PieceRecord>* records,
-                  uint32_t rank) {
-  RangeWriter out(file, base, AlignUp(std::max<uint64_t>(io.block_size, kAlignment)), 3);
+                  uint32_t rank, std::string* io_path) {
+  uint64_t largest = 0;
+  for (const LocalPiece& p : pieces) {
+    for (const LocalChunk& c : p.chunks) largest = std::max(largest, c.stored_size);
+  }
+  const size_t block = AlignUp(std::max<uint64_t>({io.block_size, largest, kAlignment}));
+  const size_t slots = std::max<size_t>(3, io.staging_bytes / block);
+  CKFMT_ASSIGN_OR_RETURN(auto out, StagedOutput::Create(file, io, block, slots, base));
+  *io_path = out->io_name();
   for (const LocalPiece& p : pieces) {
     PieceRecord rec{rank, p.region, {}};
     for (const LocalChunk& c : p.chunks) {
       uint64_t sum = c.has_checksum ? c.checksum : Checksum(c.stored, c.stored_size);
-      rec.chunks.push_back({out.position(), c.stored_size, c.raw_size, sum, c.codec});
-      CKFMT_RETURN_IF_ERROR(out.Append(c.stored, c.stored_size));
-      CKFMT_RETURN_IF_ERROR(out.PadToAlignment());
+      CKFMT_ASSIGN_OR_RETURN(auto space, out->Reserve(c.stored_size));
+      std::memcpy(space.data, c.stored, c.stored_size);
+      out->Commit(c.stored_size);
+      rec.chunks.push_back({space.file_offset, c.stored_size, c.raw_size, sum, c.codec});
+      CKFMT_RETURN_IF_ERROR(out->SubmitReady());
     }
     records->push_back(std::move(rec));
   }
-  return out.Finish();
+  return out->Finish();
 }
 
 std::string EncodeRecords(const std::vector<LocalPiece>& pieces,
@@ -188,7 +200,7 @@ EntryRecord EntryFromPlan(const PlanEntry& p) {
 }
 
 // Rank 0: index, footer, durability, rename.
-Status WriteIndexAndCommit(const SaveContext& ctx, SharedFile& file, const std::string& tmp,
+Status WriteIndexAndCommit(const SaveContext& ctx, File& file, const std::string& tmp,
                            uint64_t index_offset, const std::vector<std::string>& records,
                            uint64_t* file_bytes, uint64_t* raw_bytes) {
   IndexRecord index;
@@ -260,12 +272,12 @@ Status ParallelSave(SaveContext& ctx) {
 
   // 2. The temporary file: created by rank 0, its name broadcast.
   std::string tmp;
-  std::unique_ptr<SharedFile> file;
+  std::unique_ptr<File> file;
   if (ctx.root()) {
     tmp = TemporaryPathFor(ctx.path);
-    auto f = SharedFile::Open(tmp, true, so.io.direct_io);
+    auto f = File::Create(tmp, so.io.direct_io);
     if (f.ok()) {
-      file = std::move(*f);
+      file = std::make_unique<File>(std::move(*f));
       AlignedBuffer header(kHeaderSize);
       EncodeHeader(FileHeader{}, header.data());
       local = file->WriteAt(0, header.data(), kHeaderSize);
@@ -285,21 +297,21 @@ Status ParallelSave(SaveContext& ctx) {
   if (Status s = BroadcastString(comm, &tmp, 0); !s.ok()) return cleanup(s);
   local = Status::OK();
   if (!ctx.root()) {
-    auto f = SharedFile::Open(tmp, false, so.io.direct_io);
+    auto f = File::OpenWrite(tmp, so.io.direct_io);
     if (f.ok()) {
-      file = std::move(*f);
+      file = std::make_unique<File>(std::move(*f));
     } else {
       local = f.status();
     }
   }
   if (Status s = comm.AgreeOnStatus(local, "opening " + tmp); !s.ok()) return cleanup(s);
-  ctx.stats.io_path = std::string("pwrite") + (file->direct() ? "+O_DIRECT" : "");
 
   // 3. Data, durable on every rank.
   const double t_prepare = since(t_start);
   auto t_write = Clock::now();
   std::vector<PieceRecord> records;
-  local = WriteRange(*file, base, so.io, pieces, &records, static_cast<uint32_t>(ctx.rank()));
+  local = WriteRange(*file, base, so.io, pieces, &records, static_cast<uint32_t>(ctx.rank()),
+                     &ctx.stats.io_path);
   const double write_s = since(t_write);
   if (local.ok()) local = ctx.Hook("data");
   auto t_sync = Clock::now();

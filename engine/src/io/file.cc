@@ -68,6 +68,14 @@ Result<File> File::Create(const std::string& path, bool direct) {
   return f;
 }
 
+Result<File> File::OpenWrite(const std::string& path, bool direct) {
+  File f;
+  f.fd_ = OpenMaybeDirect(path, O_WRONLY, direct, &f.direct_);
+  if (f.fd_ < 0) return Status::FromErrno(errno, "cannot open " + path + " for writing");
+  f.path_ = path;
+  return f;
+}
+
 Result<File> File::OpenRead(const std::string& path, bool direct) {
   File f;
   f.fd_ = OpenMaybeDirect(path, O_RDONLY, direct, &f.direct_);

@@ -37,6 +37,9 @@ class File {
   // O_DIRECT and falls back to buffered I/O where the file system refuses.
   static Result<File> Create(const std::string& path, bool direct);
   static Result<File> OpenRead(const std::string& path, bool direct);
+  // Opens an existing `path` for writing (no create, no truncate): for a
+  // rank writing its range of a file another rank created.
+  static Result<File> OpenWrite(const std::string& path, bool direct);
   // A second, independent handle on the same open file (the same inode even
   // if the path has since been replaced), buffered or direct.
   Result<File> Reopen(bool direct) const;

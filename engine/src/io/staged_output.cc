@@ -8,11 +8,13 @@ namespace ckfmt {
 
 Result<std::unique_ptr<StagedOutput>> StagedOutput::Create(const File& file,
                                                            const IoOptions& options,
-                                                           size_t block_size, size_t slots) {
-  if (!IsAligned(block_size) || slots < 3) {
+                                                           size_t block_size, size_t slots,
+                                                           uint64_t base) {
+  if (!IsAligned(block_size) || !IsAligned(base) || slots < 3) {
     return Status::InvalidArgument("staging needs >= 3 slots of a 4096-multiple size");
   }
   std::unique_ptr<StagedOutput> out(new StagedOutput(block_size));
+  out->slot_offset_ = base;
   for (size_t i = 0; i < slots; ++i) {
     out->slots_.emplace_back(block_size);
     out->free_.push_back(static_cast<int>(slots - 1 - i));

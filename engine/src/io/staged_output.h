@@ -14,8 +14,10 @@ namespace ckfmt {
 class StagedOutput {
  public:
   // `block_size` (a multiple of 4096) bounds one reservation; `slots` >= 3.
+  // Output starts at file offset `base` (a multiple of 4096).
   static Result<std::unique_ptr<StagedOutput>> Create(const File& file, const IoOptions& options,
-                                                      size_t block_size, size_t slots);
+                                                      size_t block_size, size_t slots,
+                                                      uint64_t base = 0);
   ~StagedOutput();
 
   struct Space {
