@@ -44,6 +44,7 @@
 #include "ckfmt/tensor.h"
 #include "ckfmt/verify.h"
 #include "ckfmt/writer.h"
+#include "realistic_values.h"
 
 namespace {
 
@@ -63,53 +64,9 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// ---------------------------------------------------------------------------
-// Realistic numbers, fast: xorshift128+ and Box-Muller in float.
-
-struct Rng {
-  uint64_t s0, s1;
-  explicit Rng(uint64_t seed) {
-    auto mix = [](uint64_t& x) {
-      uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-      return z ^ (z >> 31);
-    };
-    s0 = mix(seed);
-    s1 = mix(seed);
-  }
-  uint64_t Next() {
-    uint64_t x = s0;
-    const uint64_t y = s1;
-    s0 = y;
-    x ^= x << 23;
-    s1 = x ^ y ^ (x >> 17) ^ (y >> 26);
-    return s1 + y;
-  }
-};
-
-template <typename F>
-void ForNormals(size_t n, uint64_t seed, F&& emit) {
-  Rng r(seed);
-  size_t i = 0;
-  while (i < n) {
-    const uint64_t x = r.Next();
-    const float u1 = float((x >> 40) + 1) * (1.0f / 16777217.0f);
-    const float u2 = float(x & 0xffffff) * (1.0f / 16777216.0f);
-    const float rad = std::sqrt(-2.0f * std::log(u1));
-    float s, c;
-    sincosf(6.2831853f * u2, &s, &c);
-    emit(i++, rad * c);
-    if (i < n) emit(i++, rad * s);
-  }
-}
-
-uint16_t ToBF16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fff + ((u >> 16) & 1);
-  return uint16_t(u >> 16);
-}
+using ckfmt::bench::ForNormals;
+using ckfmt::bench::Rng;
+using ckfmt::bench::ToBF16;
 
 enum class Fill { kWeight, kNormGain, kExpAvg, kExpAvgSq, kGarbage };
 
