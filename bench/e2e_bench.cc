@@ -150,31 +150,10 @@ struct FillTask {
 };
 
 void RunFill(const FillTask& t) {
-  switch (t.fill) {
-    case Fill::kWeightBF16: {
-      auto* p = static_cast<uint16_t*>(t.data);
-      ForNormals(t.n, t.seed, [&](size_t i, float z) { p[i] = ToBF16(0.02f * z); });
-      break;
-    }
-    case Fill::kNormBF16: {  // layer-norm gains: around 1
-      auto* p = static_cast<uint16_t*>(t.data);
-      ForNormals(t.n, t.seed, [&](size_t i, float z) { p[i] = ToBF16(1.0f + 0.05f * z); });
-      break;
-    }
-    case Fill::kExpAvg: {
-      auto* p = static_cast<float*>(t.data);
-      ForNormals(t.n, t.seed, [&](size_t i, float z) { p[i] = 1e-3f * z; });
-      break;
-    }
-    case Fill::kExpAvgSq: {  // an EMA of squared gradients: small, positive
-      auto* p = static_cast<float*>(t.data);
-      ForNormals(t.n, t.seed, [&](size_t i, float z) {
-        const float g = 1e-3f * z;
-        p[i] = g * g + 1e-9f;
-      });
-      break;
-    }
-  }
+  using ckfmt::bench::Realistic;
+  static constexpr Realistic kKind[] = {Realistic::kWeightBF16, Realistic::kNormGainBF16,
+                                        Realistic::kExpAvg, Realistic::kExpAvgSq};
+  ckfmt::bench::FillRealistic(kKind[static_cast<int>(t.fill)], t.data, t.n, t.seed);
 }
 
 // ---------------------------------------------------------------------------

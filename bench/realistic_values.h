@@ -57,4 +57,38 @@ uint16_t ToBF16(float f) {
   return uint16_t(u >> 16);
 }
 
+// The value distributions of a training state: bf16 weights ~N(0, 0.02),
+// bf16 layer-norm gains ~1, fp32 AdamW exp_avg ~N(0, 1e-3) and exp_avg_sq
+// (an EMA of squared gradients: small, positive).
+enum class Realistic { kWeightBF16, kNormGainBF16, kExpAvg, kExpAvgSq };
+
+// Fills `n` elements at `data` (bf16 or fp32 per `kind`) from `seed`.
+inline void FillRealistic(Realistic kind, void* data, size_t n, uint64_t seed) {
+  switch (kind) {
+    case Realistic::kWeightBF16: {
+      auto* p = static_cast<uint16_t*>(data);
+      ForNormals(n, seed, [&](size_t i, float z) { p[i] = ToBF16(0.02f * z); });
+      break;
+    }
+    case Realistic::kNormGainBF16: {
+      auto* p = static_cast<uint16_t*>(data);
+      ForNormals(n, seed, [&](size_t i, float z) { p[i] = ToBF16(1.0f + 0.05f * z); });
+      break;
+    }
+    case Realistic::kExpAvg: {
+      auto* p = static_cast<float*>(data);
+      ForNormals(n, seed, [&](size_t i, float z) { p[i] = 1e-3f * z; });
+      break;
+    }
+    case Realistic::kExpAvgSq: {
+      auto* p = static_cast<float*>(data);
+      ForNormals(n, seed, [&](size_t i, float z) {
+        const float g = 1e-3f * z;
+        p[i] = g * g + 1e-9f;
+      });
+      break;
+    }
+  }
+}
+
 }  // namespace ckfmt::bench

@@ -78,35 +78,14 @@ struct FillTask {
 };
 
 void RunFill(const FillTask& t) {
-  switch (t.fill) {
-    case Fill::kWeight: {
-      auto* p = static_cast<uint16_t*>(t.data);
-      ForNormals(t.n, t.seed, [&](size_t i, float z) { p[i] = ToBF16(0.02f * z); });
-      break;
-    }
-    case Fill::kNormGain: {
-      auto* p = static_cast<uint16_t*>(t.data);
-      ForNormals(t.n, t.seed, [&](size_t i, float z) { p[i] = ToBF16(1.0f + 0.05f * z); });
-      break;
-    }
-    case Fill::kExpAvg: {
-      auto* p = static_cast<float*>(t.data);
-      ForNormals(t.n, t.seed, [&](size_t i, float z) { p[i] = 1e-3f * z; });
-      break;
-    }
-    case Fill::kExpAvgSq: {
-      auto* p = static_cast<float*>(t.data);
-      ForNormals(t.n, t.seed, [&](size_t i, float z) {
-        const float g = 1e-3f * z;
-        p[i] = g * g + 1e-9f;
-      });
-      break;
-    }
-    case Fill::kGarbage: {  // a freshly constructed model's tensors: anything
-      std::memset(t.data, 0x5a, t.n);
-      break;
-    }
+  using ckfmt::bench::Realistic;
+  if (t.fill == Fill::kGarbage) {  // a freshly constructed model's tensors: anything
+    std::memset(t.data, 0x5a, t.n);
+    return;
   }
+  static constexpr Realistic kKind[] = {Realistic::kWeightBF16, Realistic::kNormGainBF16,
+                                        Realistic::kExpAvg, Realistic::kExpAvgSq};
+  ckfmt::bench::FillRealistic(kKind[static_cast<int>(t.fill)], t.data, t.n, t.seed);
 }
 
 class Filler {

@@ -9,6 +9,7 @@
 
 #include "ckfmt/log.h"
 #include "reader_impl.h"
+#include "scalar_value.h"
 
 namespace ckfmt {
 namespace {
@@ -53,18 +54,6 @@ bool Compatible(const EntryRecord& e, const Value& v) {
     case EntryKind::kList: return v.is_list();
   }
   return false;
-}
-
-Value ScalarValue(const EntryRecord& e) {
-  switch (e.kind) {
-    case EntryKind::kInt: return Value(e.int_value);
-    case EntryKind::kFloat: return Value(e.float_value);
-    case EntryKind::kBool: return Value(e.bool_value);
-    case EntryKind::kString: return Value(e.string_value);
-    case EntryKind::kDict: return Value(Dict{});
-    case EntryKind::kList: return Value(List{});
-    default: return Value();
-  }
 }
 
 std::string JoinPaths(const std::vector<KeyPath>& paths) {

@@ -16,6 +16,7 @@
 #include "ckfmt/log.h"
 #include "buckets.h"
 #include "save_internal.h"
+#include "scalar_value.h"
 
 namespace ckfmt::dist {
 namespace {
@@ -82,7 +83,7 @@ class BucketWriter {
         if (e.kind == EntryKind::kDict || e.kind == EntryKind::kList) {
           CKFMT_RETURN_IF_ERROR(writer_.AddContainer(e.path, e.kind));
         } else {
-          CKFMT_RETURN_IF_ERROR(writer_.AddScalar(e.path, ScalarOf(e)));
+          CKFMT_RETURN_IF_ERROR(writer_.AddScalar(e.path, ScalarValue(e)));
         }
         continue;
       }

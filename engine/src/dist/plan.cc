@@ -37,18 +37,6 @@ uint64_t PlanEntry::ByteSize() const {
   return n * DTypeSize(dtype);
 }
 
-Value ScalarOf(const PlanEntry& e) {
-  switch (e.kind) {
-    case EntryKind::kInt: return Value(e.int_value);
-    case EntryKind::kFloat: return Value(e.float_value);
-    case EntryKind::kBool: return Value(e.bool_value);
-    case EntryKind::kString: return Value(e.string_value);
-    case EntryKind::kDict: return Value(Dict{});
-    case EntryKind::kList: return Value(List{});
-    default: return Value();
-  }
-}
-
 Result<std::vector<LocalEntry>> DescribeLocalState(const Value& state, int rank, bool checksums) {
   if (!state.is_dict()) {
     return Status::InvalidArgument(std::string("the local state must be a dict, got a ") +

@@ -75,8 +75,5 @@ Result<GlobalPlan> MergePlans(const std::vector<std::vector<LocalEntry>>& per_ra
 std::string EncodeGlobalPlan(const GlobalPlan& plan);
 Result<GlobalPlan> DecodeGlobalPlan(const std::string& bytes);
 
-// The value a non-data entry carries (none, bool, int, float, string; or an
-// empty dict/list).
-Value ScalarOf(const PlanEntry& e);
 
 }  // namespace ckfmt::dist
