@@ -19,6 +19,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -134,6 +135,32 @@ void DropCache(const std::string& path) {
   ::fdatasync(fd);
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   ::close(fd);
+}
+
+// Milliseconds the block device under `dir` has had I/O in flight
+// (io_ticks, field 10 of /sys/dev/block/M:m/stat); -1 if unknown. Busy time
+// over wall time tells a pipeline that leaves the disk idle from a disk that
+// is simply slower in this run.
+long DiskBusyMs(const std::string& dir) {
+  struct stat st{};
+  if (::stat(dir.c_str(), &st) != 0) return -1;
+  std::string p = "/sys/dev/block/" + std::to_string(major(st.st_dev)) + ":" +
+                  std::to_string(minor(st.st_dev)) + "/stat";
+  FILE* f = std::fopen(p.c_str(), "r");
+  if (!f) return -1;
+  long v[10] = {};
+  int got = 0;
+  for (int i = 0; i < 10 && std::fscanf(f, "%ld", &v[i]) == 1; ++i) got = i + 1;
+  std::fclose(f);
+  return got == 10 ? v[9] : -1;
+}
+
+// Removes `path` and waits for the file system to finish with it. The disk
+// here is mounted with online discard: freeing a GiB queues TRIMs that would
+// otherwise slow whichever write is timed next.
+void RemoveAndSettle(const std::string& path) {
+  std::filesystem::remove(path);
+  ::sync();
 }
 
 using ckfmt::bench::ForNormals;
@@ -461,6 +488,10 @@ struct Series {
   std::vector<double> gibs = {};  // GiB/s per run
   double peak_delta_mib = -1;      // max over runs of (peak RSS during the op - RSS before)
   std::vector<double> cores = {};  // CPU seconds / wall seconds per run
+  std::vector<double> busy = {};   // disk busy time / wall time per run
+  void Busy(long ms0, long ms1, double seconds) {
+    if (ms0 >= 0 && ms1 >= ms0) busy.push_back(double(ms1 - ms0) / 1e3 / seconds);
+  }
   void Rss(double before_mib) {
     peak_delta_mib = std::max(peak_delta_mib, HwmMiB() - before_mib);
   }
@@ -642,11 +673,15 @@ int main(int argc, char** argv) {
   }
 
   Series raw_w{"raw write (io_uring O_DIRECT 4MiB QD8 +fsync)"};
-  Series raw_r{"raw read  (io_uring O_DIRECT 4MiB QD8)"};
+  Series raw_r{"raw read  (io_uring O_DIRECT 4MiB QD8, fresh file)"};
   Series mcp{"memcpy of the state (1 thread)"};
   struct CodecRows {
     ckfmt::Codec codec;
     Series save, load;
+    // Raw O_DIRECT read of this very checkpoint file, next to its load: the
+    // virtual disk serves recently written data faster, so only a read of
+    // the same file at the same moment is a fair baseline for a load.
+    Series raw_read;
     double ratio = 0;  // logical / stored
     uint64_t file_bytes = 0;
   };
@@ -654,14 +689,15 @@ int main(int argc, char** argv) {
   for (ckfmt::Codec c : args.codecs) {
     std::string n(ckfmt::CodecName(uint8_t(c)));
     if (c != ckfmt::Codec::kNone) n += "-1";
-    rows.push_back({c, Series{"ckfmt save (" + n + ")"}, Series{"ckfmt load (" + n + ", in place)"}});
+    rows.push_back({c, Series{"ckfmt save (" + n + ")"}, Series{"ckfmt load (" + n + ", in place)"},
+                    Series{"raw read of the " + n + " file (4MiB QD8)"}});
   }
   std::vector<double> open_ms;
   std::string io_path;
 
   auto do_save = [&](const std::string& path, CodecRows& cr, int run) {
     Series& s = cr.save;
-    std::filesystem::remove(path);
+    RemoveAndSettle(path);
     ckfmt::SaveOptions so;
     so.codec = cr.codec;
     so.level = 1;
@@ -669,9 +705,11 @@ int main(int argc, char** argv) {
     const double rss0 = CurrentRssMiB();
     const bool hwm = ResetPeakRss();
     const double c0 = CpuSeconds();
+    const long d0 = DiskBusyMs(args.dir);
     const auto t0 = Clock::now();
     auto r = ckfmt::Save(path, state, so);
     const auto t1 = Clock::now();
+    s.Busy(d0, DiskBusyMs(args.dir), Seconds(t0, t1));
     s.cores.push_back((CpuSeconds() - c0) / Seconds(t0, t1));
     if (hwm) s.Rss(rss0);
     if (!r.ok()) Die("Save " + path + ": " + r.status().ToString());
@@ -693,6 +731,7 @@ int main(int argc, char** argv) {
     const double rss0 = CurrentRssMiB();
     const bool hwm = ResetPeakRss();
     const double c0 = CpuSeconds();
+    const long d0 = DiskBusyMs(args.dir);
     const auto t0 = Clock::now();
     ckfmt::ReadOptions ro;
     ro.io = args.io;
@@ -701,6 +740,7 @@ int main(int argc, char** argv) {
     const auto t_open = Clock::now();
     auto rep = (*reader)->Load(&into);
     const auto t1 = Clock::now();
+    s.Busy(d0, DiskBusyMs(args.dir), Seconds(t0, t1));
     s.cores.push_back((CpuSeconds() - c0) / Seconds(t0, t1));
     if (hwm) s.Rss(rss0);
     if (!rep.ok()) Die("Load " + path + ": " + rep.status().ToString());
@@ -723,15 +763,31 @@ int main(int argc, char** argv) {
                 s.name.c_str(), s.gibs.back(), Seconds(t0, t1), open_ms.back());
   };
 
+  // Reads the whole 4 MiB blocks of `path`; GiB/s of stored bytes.
+  auto do_raw_read = [&](const std::string& path, Series& s, int run) {
+    DropCache(path);
+    const uint64_t bytes = std::filesystem::file_size(path) / kRawBlock * kRawBlock;
+    if (bytes == 0) return;
+    const long d0 = DiskBusyMs(args.dir);
+    const double t = RawTransfer(path, bytes, /*write=*/false, rawio);
+    s.Busy(d0, DiskBusyMs(args.dir), t);
+    s.gibs.push_back(double(bytes) / kGiB / t);
+    std::printf("  run %d: %-36s %6.3f GiB/s\n", run, s.name.c_str(), s.gibs.back());
+  };
+
   const std::string load_start = LoadAvg();
   const auto b0 = Clock::now();
   for (int run = 0; run < args.runs; ++run) {
+    long d0 = DiskBusyMs(args.dir);
     const double tw = RawTransfer(raw_path, raw_bytes, /*write=*/true, rawio);
+    raw_w.Busy(d0, DiskBusyMs(args.dir), tw);
     raw_w.gibs.push_back(double(raw_bytes) / kGiB / tw);
     DropCache(raw_path);
+    d0 = DiskBusyMs(args.dir);
     const double tr = RawTransfer(raw_path, raw_bytes, /*write=*/false, rawio);
+    raw_r.Busy(d0, DiskBusyMs(args.dir), tr);
     raw_r.gibs.push_back(double(raw_bytes) / kGiB / tr);
-    std::filesystem::remove(raw_path);
+    RemoveAndSettle(raw_path);
     mcp.gibs.push_back(MemcpyGiBs(L, src, &dst));
     std::printf("  run %d: raw write %.3f GiB/s, raw read %.3f GiB/s, memcpy %.2f GiB/s\n", run,
                 raw_w.gibs.back(), raw_r.gibs.back(), mcp.gibs.back());
@@ -739,7 +795,10 @@ int main(int argc, char** argv) {
     for (CodecRows& cr : rows) {
       const std::string path = args.dir + "/state_" + KeyName(cr.codec) + ".ckfmt";
       do_save(path, cr, run);
-      do_load(path, cr.load, run);
+      // Alternate which read goes first so that drift favours neither.
+      if (run % 2 == 0) do_load(path, cr.load, run);
+      do_raw_read(path, cr.raw_read, run);
+      if (run % 2 == 1) do_load(path, cr.load, run);
       if (!args.keep) std::filesystem::remove(path);
       std::fflush(stdout);
     }
@@ -757,11 +816,11 @@ int main(int argc, char** argv) {
     }
     return r.Median();
   };
-  std::printf("%-48s %8s %8s %8s %8s %8s %9s %6s\n", "measurement (GiB/s, logical bytes)",
-              "median", "min", "max", "vs raw", "paired", "+RSS MiB", "cores");
+  std::printf("%-48s %8s %8s %8s %8s %8s %9s %6s %6s\n", "measurement (GiB/s, logical bytes)",
+              "median", "min", "max", "vs raw", "paired", "+RSS MiB", "cores", "disk");
   auto row = [&](const Series& s, const Series* ref) {
     if (s.gibs.empty()) return;
-    char ratio[32] = "", pair[32] = "", rss[32] = "", cores[32] = "";
+    char ratio[32] = "", pair[32] = "", rss[32] = "", cores[32] = "", busy[32] = "";
     if (ref) std::snprintf(ratio, sizeof ratio, "%.2fx", s.Median() / ref->Median());
     if (ref) std::snprintf(pair, sizeof pair, "%.2fx", paired(s, *ref));
     if (s.peak_delta_mib >= 0) std::snprintf(rss, sizeof rss, "%.0f", s.peak_delta_mib);
@@ -770,22 +829,31 @@ int main(int argc, char** argv) {
       std::sort(c.begin(), c.end());
       std::snprintf(cores, sizeof cores, "%.2f", c[c.size() / 2]);
     }
-    std::printf("%-48s %8.3f %8.3f %8.3f %8s %8s %9s %6s\n", s.name.c_str(), s.Median(),
-                s.Min(), s.Max(), ratio, pair, rss, cores);
+    if (!s.busy.empty()) {
+      std::vector<double> b = s.busy;
+      std::sort(b.begin(), b.end());
+      std::snprintf(busy, sizeof busy, "%.0f%%", 100 * b[b.size() / 2]);
+    }
+    std::printf("%-48s %8.3f %8.3f %8.3f %8s %8s %9s %6s %6s\n", s.name.c_str(), s.Median(),
+                s.Min(), s.Max(), ratio, pair, rss, cores, busy);
   };
   row(raw_w, nullptr);
   row(raw_r, nullptr);
   row(mcp, nullptr);
   for (const CodecRows& cr : rows) {
     row(cr.save, &raw_w);
-    row(cr.load, &raw_r);
+    row(cr.raw_read, nullptr);
+    row(cr.load, &cr.raw_read);
   }
   std::sort(open_ms.begin(), open_ms.end());
-  std::printf("'vs raw' = median of the row / median of raw write (saves) or raw read (loads);\n"
+  std::printf("'vs raw' = median of the row / median of raw write (saves) or of the raw read of\n"
+              "         the same file next to the load (loads);\n"
               "'paired' = median over runs of (the row's figure / the same run's raw figure).\n"
               "'+RSS' = max over runs of the peak RSS during the operation minus the RSS before it\n"
               "         (VmHWM, reset through /proc/self/clear_refs before each operation).\n"
               "'cores' = median of (process CPU time / wall time) during the operation.\n"
+              "'disk' = median of (time the disk had I/O in flight / wall time): below 100%%\n"
+              "         the disk sat idle part of the time, waiting for this process.\n"
               "All rows count logical bytes: a compressed row above 1.00x is faster than the disk.\n");
   for (const CodecRows& cr : rows) {
     std::printf("  %-16s file %8.1f MiB, logical/stored %.3fx\n",
@@ -820,8 +888,9 @@ int main(int argc, char** argv) {
     kv("save_%s_vs_raw=%.2f", k.c_str(), cr.save.Median() / raw_w.Median());
     kv("save_%s_paired=%.2f", k.c_str(), paired(cr.save, raw_w));
     kv("load_%s=%.3f", k.c_str(), cr.load.Median());
-    kv("load_%s_vs_raw=%.2f", k.c_str(), cr.load.Median() / raw_r.Median());
-    kv("load_%s_paired=%.2f", k.c_str(), paired(cr.load, raw_r));
+    kv("raw_read_%s=%.3f", k.c_str(), cr.raw_read.Median());
+    kv("load_%s_vs_raw=%.2f", k.c_str(), cr.load.Median() / cr.raw_read.Median());
+    kv("load_%s_paired=%.2f", k.c_str(), paired(cr.load, cr.raw_read));
     if (cr.codec != ckfmt::Codec::kNone) kv("ratio_%s=%.3f", k.c_str(), cr.ratio);
     save_rss = std::max(save_rss, cr.save.peak_delta_mib);
     load_rss = std::max(load_rss, cr.load.peak_delta_mib);

@@ -81,16 +81,29 @@ Status PlanTarget(const File& file, const ReadTarget& target,
 }
 
 // Verifies, decodes and scatters one chunk whose stored bytes are at `stored`.
+Status ChecksumMismatch(const File& file, const ChunkTask& t, uint64_t computed) {
+  char buf[80];
+  std::snprintf(buf, sizeof buf, ": checksum mismatch (expected %016llx, computed %016llx)",
+                (unsigned long long)t.chunk->checksum, (unsigned long long)computed);
+  return Status::Corruption(Describe(file, t) + buf);
+}
+
 Status ProcessChunk(const File& file, const ChunkTask& t, const uint8_t* stored, bool verify) {
   const ChunkRecord& c = *t.chunk;
+  if (c.codec == uint8_t(Codec::kNone) && t.copies.size() == 1 && t.copies[0].len == c.raw_size) {
+    // The common whole-chunk copy: hash while copying (one pass over the
+    // staging slot). A mismatch leaves the destination's bytes unspecified,
+    // as any failed load does.
+    if (!verify) {
+      std::memcpy(t.copies[0].dst, stored, c.raw_size);
+      return Status::OK();
+    }
+    uint64_t sum = CopyAndChecksum(t.copies[0].dst, stored, c.raw_size);
+    return sum == c.checksum ? Status::OK() : ChecksumMismatch(file, t, sum);
+  }
   if (verify) {
     uint64_t sum = Checksum(stored, c.stored_size);
-    if (sum != c.checksum) {
-      char buf[80];
-      std::snprintf(buf, sizeof buf, ": checksum mismatch (expected %016llx, computed %016llx)",
-                    (unsigned long long)c.checksum, (unsigned long long)sum);
-      return Status::Corruption(Describe(file, t) + buf);
-    }
+    if (sum != c.checksum) return ChecksumMismatch(file, t, sum);
   }
   const uint8_t* raw = stored;
   thread_local std::vector<uint8_t> scratch;
@@ -140,8 +153,9 @@ Status ReadCached(const File& file, const std::map<uint64_t, ChunkTask>& tasks,
     if (c.codec == uint8_t(Codec::kNone) && t.copies.size() == 1 && t.copies[0].len == c.raw_size) {
       uint8_t* dst = t.copies[0].dst;
       errs[i] = file.ReadAt(c.offset, dst, c.raw_size);
-      if (errs[i].ok() && options.verify_checksums && Checksum(dst, c.raw_size) != c.checksum) {
-        errs[i] = Status::Corruption(Describe(file, t) + ": checksum mismatch");
+      if (errs[i].ok() && options.verify_checksums) {
+        uint64_t sum = Checksum(dst, c.raw_size);
+        if (sum != c.checksum) errs[i] = ChecksumMismatch(file, t, sum);
       }
       return;
     }

@@ -286,8 +286,7 @@ Status CheckpointWriter::Impl::WriteBatch(const uint8_t* data,
       out_->Commit(batch[i].second);
     }
     pool_.ParallelFor(n, [&](size_t i) {
-      std::memcpy(dst[i], data + batch[i].first, batch[i].second);
-      recs[i].checksum = Checksum(dst[i], batch[i].second);
+      recs[i].checksum = CopyAndChecksum(dst[i], data + batch[i].first, batch[i].second);
     });
   } else {
     // Encoded sizes are known only afterwards: encode into scratch in
@@ -310,8 +309,11 @@ Status CheckpointWriter::Impl::WriteBatch(const uint8_t* data,
       const uint8_t* src = raw ? data + batch[i].first : scratch_[i].data();
       size_t len = raw ? batch[i].second : stored[i];
       CKFMT_ASSIGN_OR_RETURN(auto space, out_->Reserve(len));
-      std::memcpy(space.data, src, len);
-      if (raw) recs[i].checksum = Checksum(space.data, len);
+      if (raw) {
+        recs[i].checksum = CopyAndChecksum(space.data, src, len);
+      } else {
+        std::memcpy(space.data, src, len);
+      }
       recs[i] = {space.file_offset, len, batch[i].second, recs[i].checksum,
                  uint8_t(raw ? Codec::kNone : codec)};
       out_->Commit(len);

@@ -1,7 +1,9 @@
 // Header and footer encoding: round trips, and every corruption detected.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "ckfmt/checksum.h"
 #include "ckfmt/file_layout.h"
@@ -252,6 +254,18 @@ TEST(ChecksumTest, IsXxh3SeedZero) {
   const char abc[] = "abc";
   EXPECT_EQ(Checksum(abc, 3), 0x78AF5F94892F3950ull);
   EXPECT_NE(Checksum("abd", 3), Checksum(abc, 3));
+}
+
+TEST(ChecksumTest, CopyAndChecksumMatchesChecksumAtEverySize) {
+  // Sizes around the internal block size and odd tails.
+  std::vector<uint8_t> src(300000), dst(src.size());
+  for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t(i * 2654435761u >> 13);
+  for (size_t n : {0ul, 1ul, 4095ul, 65535ul, 65536ul, 65537ul, 131072ul, 200001ul, 300000ul}) {
+    std::fill(dst.begin(), dst.end(), 0xEE);
+    EXPECT_EQ(CopyAndChecksum(dst.data(), src.data(), n), Checksum(src.data(), n)) << n;
+    EXPECT_TRUE(std::equal(src.begin(), src.begin() + n, dst.begin())) << n;
+    if (n < dst.size()) EXPECT_EQ(dst[n], 0xEE) << "wrote past " << n;
+  }
 }
 
 }  // namespace

@@ -75,6 +75,10 @@ class CheckpointReader {
   // Reads the whole entry into a new tensor from `allocator` (host if empty).
   Result<Tensor> ReadTensor(const KeyPath& path, const Allocator& allocator = {});
 
+  // A refusal found before data is read (kinds, dtypes, shapes, policies)
+  // leaves `state_dict` unchanged. A failure while reading data (I/O,
+  // corruption) leaves reconstructed entries inserted and the tensors being
+  // filled in place holding any mix of old and new bytes.
   Result<LoadReport> Load(Value* state_dict, const LoadOptions& options = {});
 
   class Impl;
