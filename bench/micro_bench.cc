@@ -57,14 +57,26 @@ void FillNormalBF16(uint16_t* out, size_t n, float sigma, uint64_t seed) {
   for (size_t i = 0; i < n; ++i) out[i] = ToBF16(d(g));
 }
 
-enum DataKind { kBF16Weights = 0, kF32ExpAvg = 1 };
-const char* DataName(int k) { return k == kBF16Weights ? "bf16_N(0,0.02)" : "fp32_N(0,1e-3)"; }
+// bf16 weights, fp32 AdamW exp_avg, and exp_avg_sq (an EMA of squared
+// gradients: small and positive, as bench/realistic_values.h makes it).
+enum DataKind { kBF16Weights = 0, kF32ExpAvg = 1, kF32ExpAvgSq = 2 };
+const char* DataName(int k) {
+  switch (k) {
+    case kBF16Weights: return "bf16_N(0,0.02)";
+    case kF32ExpAvg: return "fp32_N(0,1e-3)";
+    default: return "fp32_exp_avg_sq";
+  }
+}
 
 void FillRealistic(int kind, uint8_t* p, size_t bytes) {
   if (kind == kBF16Weights) {
     FillNormalBF16(reinterpret_cast<uint16_t*>(p), bytes / 2, 0.02f, 1);
-  } else {
+  } else if (kind == kF32ExpAvg) {
     FillNormalF32(reinterpret_cast<float*>(p), bytes / 4, 1e-3f, 2);
+  } else {
+    auto* f = reinterpret_cast<float*>(p);
+    FillNormalF32(f, bytes / 4, 1e-3f, 3);
+    for (size_t i = 0; i < bytes / 4; ++i) f[i] = f[i] * f[i] + 1e-9f;
   }
 }
 
@@ -156,7 +168,7 @@ void BM_DecodeChunk(benchmark::State& state) {
 
 void CodecArgs(benchmark::internal::Benchmark* b) {
   for (auto codec : {ckfmt::Codec::kZstd, ckfmt::Codec::kBytePlaneZstd}) {
-    for (int kind : {kBF16Weights, kF32ExpAvg}) b->Args({int64_t(codec), kind});
+    for (int kind : {kBF16Weights, kF32ExpAvg, kF32ExpAvgSq}) b->Args({int64_t(codec), kind});
   }
   b->ArgNames({"codec", "data"});
 }

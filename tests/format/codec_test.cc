@@ -1,6 +1,7 @@
 // Chunk codecs: round trips and every decode failure.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 #include <string>
 
@@ -170,22 +171,108 @@ std::string FloatLike(size_t n_elems, size_t esize, uint64_t seed) {
   return s;
 }
 
+// Random planes around a constant low byte: a zstd plane comes first and
+// the raw planes after it cannot be split straight into the output.
+std::string ConstantLowByte(size_t n_elems, size_t esize, uint64_t seed) {
+  std::string s = RandomBytes(n_elems * esize, seed);
+  for (size_t i = 0; i < n_elems; ++i) s[i * esize] = 0x5a;
+  return s;
+}
+
+// Levels 1 and 2 code planes as literal-only frames, level 3 with zstd's
+// match finder: both paths, for every kind of plane mix.
 TEST(BytePlaneCodecTest, RoundTripEveryElementSize) {
-  for (size_t esize : {size_t{1}, size_t{2}, size_t{3}, size_t{4}, size_t{8}, size_t{16}}) {
-    for (size_t n : {size_t{1}, size_t{7}, size_t{1000}, size_t{65536}}) {
-      for (int kind = 0; kind < 3; ++kind) {
-        std::string raw = kind == 0   ? RandomBytes(n * esize, n + esize)
-                          : kind == 1 ? FloatLike(n, esize, n)
-                                      : Compressible(n * esize);
-        std::string stored = Encode(Codec::kBytePlaneZstd, raw, 3, esize);
-        EXPECT_LE(stored.size(), MaxEncodedSize(Codec::kBytePlaneZstd, raw.size()));
-        std::string back(raw.size(), '\0');
-        Status st = DecodeChunk(2, stored.data(), stored.size(), back.data(), back.size());
-        ASSERT_TRUE(st.ok()) << st.ToString() << " esize=" << esize << " n=" << n;
-        EXPECT_EQ(back, raw) << "esize=" << esize << " n=" << n << " kind=" << kind;
+  for (int level : {1, 3}) {
+    for (size_t esize : {size_t{1}, size_t{2}, size_t{3}, size_t{4}, size_t{8}, size_t{16}}) {
+      for (size_t n : {size_t{1}, size_t{7}, size_t{17}, size_t{1000}, size_t{65536}}) {
+        for (int kind = 0; kind < 4; ++kind) {
+          std::string raw = kind == 0   ? RandomBytes(n * esize, n + esize)
+                            : kind == 1 ? FloatLike(n, esize, n)
+                            : kind == 2 ? Compressible(n * esize)
+                                        : ConstantLowByte(n, esize, n);
+          std::string stored = Encode(Codec::kBytePlaneZstd, raw, level, esize);
+          EXPECT_LE(stored.size(), MaxEncodedSize(Codec::kBytePlaneZstd, raw.size()));
+          std::string back(raw.size(), '\0');
+          Status st = DecodeChunk(2, stored.data(), stored.size(), back.data(), back.size());
+          ASSERT_TRUE(st.ok()) << st.ToString() << " esize=" << esize << " n=" << n;
+          EXPECT_EQ(back, raw) << "level=" << level << " esize=" << esize << " n=" << n
+                               << " kind=" << kind;
+        }
       }
     }
   }
+}
+
+// Each zstd plane is one standard frame that plain libzstd decodes (codec 1's
+// decoder), at the literal-only levels too.
+TEST(BytePlaneCodecTest, ZstdPlanesAreStandardFrames) {
+  for (int level : {-1, 1, 2, 3}) {
+    std::string raw = FloatLike(1 << 16, 4, 9);
+    std::string stored = Encode(Codec::kBytePlaneZstd, raw, level, 4);
+    const size_t n = raw.size() / 4;
+    size_t pos = 2 + 5 * 4, zstd_planes = 0;
+    for (size_t p = 0; p < 4; ++p) {
+      const uint8_t* d = reinterpret_cast<const uint8_t*>(stored.data()) + 2 + 5 * p;
+      uint32_t len = d[1] | d[2] << 8 | d[3] << 16 | uint32_t(d[4]) << 24;
+      if (d[0] == 1) {
+        ++zstd_planes;
+        std::string plane(n, '\0');
+        ASSERT_TRUE(DecodeChunk(1, stored.data() + pos, len, plane.data(), n).ok())
+            << "level " << level << " plane " << p;
+        for (size_t i = 0; i < n; ++i) ASSERT_EQ(plane[i], raw[i * 4 + p]);
+      }
+      pos += len;
+    }
+    EXPECT_EQ(zstd_planes, 1u) << "level " << level;
+  }
+}
+
+// The ratios the fast path must keep on training-state values: bf16
+// weights, fp32 AdamW exp_avg and exp_avg_sq.
+TEST(BytePlaneCodecTest, FastLevelRatioOnTrainingLikeValues) {
+  const size_t n = 1 << 20;  // bytes, a quarter of the writer's chunk
+  std::mt19937_64 rng(3);
+  std::string bf16(n, '\0'), avg(n, '\0'), avg_sq(n, '\0');
+  std::normal_distribution<float> weight(0.f, 0.02f), grad(0.f, 1e-3f);
+  for (size_t i = 0; i < n / 2; ++i) {
+    float f = weight(rng);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    u += 0x7fff + ((u >> 16) & 1);  // round to nearest even
+    uint16_t b = uint16_t(u >> 16);
+    std::memcpy(&bf16[2 * i], &b, 2);
+  }
+  for (size_t i = 0; i < n / 4; ++i) {
+    float g = grad(rng), g2 = g * g + 1e-9f;
+    std::memcpy(&avg[4 * i], &g, 4);
+    std::memcpy(&avg_sq[4 * i], &g2, 4);
+  }
+  auto ratio = [](const std::string& raw, size_t esize) {
+    return double(raw.size()) / double(Encode(Codec::kBytePlaneZstd, raw, 1, esize).size());
+  };
+  EXPECT_GE(ratio(bf16, 2), 1.35);
+  EXPECT_GE(ratio(avg, 4), 1.15);
+  EXPECT_GE(ratio(avg_sq, 4), 1.15);
+}
+
+// An output buffer smaller than header + raw bytes still works when the
+// planes compress, and is an error, never an overrun, when they do not.
+TEST(BytePlaneCodecTest, TightOutputBuffer) {
+  std::string raw = FloatLike(4096, 4, 21);
+  std::string out(raw.size() + 64, '\0');
+  auto n = EncodeChunk(Codec::kBytePlaneZstd, 1, 4, raw.data(), raw.size(), out.data(),
+                       raw.size());
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  std::string back(raw.size(), '\0');
+  ASSERT_TRUE(DecodeChunk(2, out.data(), *n, back.data(), back.size()).ok());
+  EXPECT_EQ(back, raw);
+  std::string noise = RandomBytes(raw.size(), 22);
+  const std::string guard(64, '\x77');
+  out.replace(noise.size() - 64, 64, guard);
+  EXPECT_FALSE(EncodeChunk(Codec::kBytePlaneZstd, 1, 4, noise.data(), noise.size(), out.data(),
+                           noise.size() - 64)
+                   .ok());
+  EXPECT_EQ(out.substr(noise.size() - 64, 64), guard);
 }
 
 TEST(BytePlaneCodecTest, CompressesExponentPlanes) {
