@@ -6,7 +6,10 @@
 #include <mutex>
 #include <thread>
 
+#include <map>
+
 #include "ckfmt/log.h"
+#include "device/device_ops.h"
 #include "io/file.h"
 #include "thread_pool.h"
 
@@ -68,26 +71,37 @@ class AsyncSaver::Impl {
 
  private:
   // Copies every tensor into the arena; the snapshot's tensors view it.
+  // Device tensors are copied device -> arena (pinned while it holds
+  // device data) on a stream per device, while the host tensors are copied
+  // on the pool; both are complete when this returns.
   Result<Value> Snapshot(const Value& sd, const std::string& path) {
     struct Item {
       const Tensor* src;
       uint64_t offset;
+      KeyPath key;
     };
     std::vector<Item> items;
     uint64_t total = 0;
+    DeviceOps* ops = nullptr;
     Status bad;
     VisitValues(sd, [&](const KeyPath& p, const Value& v) {
       if (!v.is_tensor() || !bad.ok()) return;
       const Tensor& t = v.as_tensor();
       if (t.device().type != DeviceType::kCPU) {
-        bad = Status::InvalidArgument(path + ": " + FormatKeyPath(p) +
-                                      ": only host tensors can be snapshotted by this build");
+        auto o = DeviceOpsFor(t.device());
+        if (!o.ok()) {
+          bad = o.status().WithContext(path + ": " + FormatKeyPath(p));
+          return;
+        }
+        ops = *o;
       }
-      items.push_back({&t, total});
+      items.push_back({&t, total, p});
       total += (t.nbytes() + 63) / 64 * 64;
     });
     CKFMT_RETURN_IF_ERROR(bad);
     if (arena_.size() < total) {
+      arena_pins_.Clear();  // unpin before the memory goes
+      pinned_for_ = nullptr;
       try {
         arena_ = AlignedBuffer(total);  // zero-filled: pages faulted in now, not at copy time
       } catch (const std::bad_alloc&) {
@@ -95,10 +109,40 @@ class AsyncSaver::Impl {
                                "-byte snapshot");
       }
     }
+    if (ops && pinned_for_ != ops) {
+      arena_pins_.Clear();
+      pinned_for_ = nullptr;
+      CKFMT_RETURN_IF_ERROR(arena_pins_.Add(ops, arena_.data(), arena_.size())
+                                .WithContext(path + ": pinning the snapshot arena"));
+      pinned_for_ = ops;
+    }
+    // Device copies first, so they run while the host copies do.
+    std::vector<std::pair<const Item*, uint64_t>> fences;  // (item, fence on its stream)
+    for (const Item& it : items) {
+      const Tensor& t = *it.src;
+      if (t.device().type == DeviceType::kCPU || t.nbytes() == 0) continue;
+      std::string where = path + ": " + FormatKeyPath(it.key) + " on " + DeviceName(t.device());
+      std::unique_ptr<DeviceStream>& stream = streams_[t.device().index];
+      if (!stream) {
+        auto s = ops->NewStream(t.device().index);
+        if (!s.ok()) return s.status().WithContext(where);
+        stream = std::move(*s);
+      }
+      Status s = stream->CopyToHost(arena_.data() + it.offset, t.data(), t.nbytes());
+      auto fence = s.ok() ? stream->Record() : Result<uint64_t>(s);
+      if (!fence.ok()) {
+        // The arena must not change under copies still in flight.
+        (void)WaitAll(fences);
+        for (auto& [index, st] : streams_) (void)st->Synchronize();
+        return fence.status().WithContext("snapshot of " + where);
+      }
+      fences.emplace_back(&it, *fence);
+    }
     // Parallel copy in slices of at most 8 MiB so big tensors split too.
     constexpr uint64_t kSlice = 8 << 20;
     std::vector<std::tuple<const uint8_t*, uint8_t*, uint64_t>> slices;
     for (const Item& it : items) {
+      if (it.src->device().type != DeviceType::kCPU) continue;
       const auto* src = static_cast<const uint8_t*>(it.src->data());
       for (uint64_t off = 0; off < it.src->nbytes(); off += kSlice) {
         slices.emplace_back(src + off, arena_.data() + it.offset + off,
@@ -109,8 +153,23 @@ class AsyncSaver::Impl {
       auto [s, d, n] = slices[i];
       std::memcpy(d, s, n);
     });
+    if (Status s = WaitAll(fences); !s.ok()) return s.WithContext(path);
     size_t next = 0;
     return Rebuild(sd, items, next);
+  }
+
+  // Waits for every fence; the first failure names its tensor.
+  template <typename Fences>
+  Status WaitAll(const Fences& fences) {
+    Status first;
+    for (const auto& [item, fence] : fences) {
+      Status s = streams_[item->src->device().index]->Wait(fence);
+      if (!s.ok() && first.ok()) {
+        first = s.WithContext("copying " + FormatKeyPath(item->key) + " from " +
+                              DeviceName(item->src->device()) + " for the snapshot");
+      }
+    }
+    return first;
   }
 
   template <typename Items>
@@ -142,6 +201,9 @@ class AsyncSaver::Impl {
   AsyncSaverOptions opts_;
   ThreadPool pool_;
   AlignedBuffer arena_;
+  PinnedRanges arena_pins_;          // the arena, while it takes device copies
+  DeviceOps* pinned_for_ = nullptr;  // whose Pin() arena_pins_ holds
+  std::map<int, std::unique_ptr<DeviceStream>> streams_;  // per device index
   std::thread worker_;
   std::mutex mu_;
   Result<WriteStats> result_ = Status::NotFound("no save has been started");

@@ -2,7 +2,10 @@
 // into a snapshot; the write to disk runs on a background thread.
 //
 // The snapshot arena is kept between saves (and pre-faulted when it grows),
-// so steady-state blocked time is one parallel memcpy of the state.
+// so steady-state blocked time is one parallel memcpy of the state. CUDA
+// tensors (see cuda.h) are copied device -> arena, which is then kept
+// pinned: the caller is blocked for about the device-to-host copy time,
+// during which the host tensors are copied too.
 // Failures of a background save never leave a partial file at the final
 // name (the commit protocol of writer.h) and surface at the next call to
 // SaveAsync() or Wait().
@@ -27,9 +30,11 @@ class AsyncSaver {
   explicit AsyncSaver(AsyncSaverOptions options = {});
   ~AsyncSaver();  // waits for an in-flight save; its error is logged
 
-  // Snapshots `state_dict` (REQUIRES: a dict of host tensors and objects)
-  // and starts writing it to `path`. Returns once the snapshot is taken:
-  // the caller may then modify its tensors. If the previous background
+  // Snapshots `state_dict` (REQUIRES: a dict of tensors and objects; CUDA
+  // tensors need a build with CUDA) and starts writing it to `path`.
+  // Returns once the snapshot is taken, device copies included: the caller
+  // may then modify its tensors (REQUIRES: work the caller enqueued on its
+  // own CUDA streams that writes them has completed before the call). If the previous background
   // save failed, returns that error (and starts nothing).
   Status SaveAsync(const std::string& path, const Value& state_dict,
                    const SaveOptions& options = {});

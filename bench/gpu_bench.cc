@@ -1,0 +1,259 @@
+// GPU save/load benchmark (built only with CUDA). Measures, in one run:
+//   - pinned device->host and host->device copy bandwidth (cudaMemcpyAsync);
+//   - raw disk bandwidth of --dir (io_uring, O_DIRECT, 4 MiB blocks, QD 8,
+//     write timed to fsync);
+//   - Save() of GPU tensors to a file and Load() of it into preallocated GPU
+//     tensors (page cache dropped), each as a fraction of the bound
+//     min(copy bandwidth, raw disk bandwidth);
+//   - the time an AsyncSaver::SaveAsync() of the GPU state blocks the
+//     caller, against the pure device->host copy time of the same bytes.
+// Exits 0 with a "no GPU" line when no CUDA device is present.
+//
+//   ckfmt-bench-gpu [--dir DIR] [--size-mib N] [--runs R] [--device D]
+#include <cuda_runtime_api.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ckfmt/async_save.h"
+#include "ckfmt/cuda.h"
+#include "ckfmt/reader.h"
+#include "ckfmt/writer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+
+void Check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "gpu_bench: %s: %s\n", what, cudaGetErrorString(e));
+  std::exit(1);
+}
+void Check(const ckfmt::Status& s, const char* what) {
+  if (s.ok()) return;
+  std::fprintf(stderr, "gpu_bench: %s: %s\n", what, s.ToString().c_str());
+  std::exit(1);
+}
+
+void DropCache(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+// Seconds to move `bytes` (a multiple of 4 MiB) with io_uring O_DIRECT.
+double RawTransfer(const std::string& path, uint64_t bytes, bool write) {
+  constexpr size_t kBlock = 4u << 20;
+  constexpr unsigned kDepth = 8;
+  std::vector<void*> bufs;
+  for (unsigned i = 0; i < kDepth; ++i) {
+    void* p = std::aligned_alloc(4096, kBlock);
+    std::memset(p, 0x5a + i, kBlock);
+    bufs.push_back(p);
+  }
+  int fd = ::open(path.c_str(), (write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY) | O_DIRECT, 0644);
+  if (fd < 0) {
+    std::perror(("gpu_bench: open " + path).c_str());
+    std::exit(1);
+  }
+  io_uring ring;
+  if (io_uring_queue_init(kDepth, &ring, 0) < 0) {
+    std::fprintf(stderr, "gpu_bench: io_uring_queue_init failed\n");
+    std::exit(1);
+  }
+  auto t = Clock::now();
+  uint64_t n = bytes / kBlock, submitted = 0, done = 0;
+  std::vector<unsigned> free_slots;
+  for (unsigned i = 0; i < kDepth; ++i) free_slots.push_back(i);
+  while (done < n) {
+    while (submitted < n && !free_slots.empty()) {
+      unsigned slot = free_slots.back();
+      free_slots.pop_back();
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+      if (write) {
+        io_uring_prep_write(sqe, fd, bufs[slot], kBlock, submitted * kBlock);
+      } else {
+        io_uring_prep_read(sqe, fd, bufs[slot], kBlock, submitted * kBlock);
+      }
+      io_uring_sqe_set_data64(sqe, slot);
+      ++submitted;
+    }
+    io_uring_submit(&ring);
+    io_uring_cqe* cqe;
+    if (io_uring_wait_cqe(&ring, &cqe) < 0 || cqe->res != int(kBlock)) {
+      std::fprintf(stderr, "gpu_bench: raw %s failed\n", write ? "write" : "read");
+      std::exit(1);
+    }
+    free_slots.push_back(unsigned(io_uring_cqe_get_data64(cqe)));
+    io_uring_cqe_seen(&ring, cqe);
+    ++done;
+  }
+  if (write) ::fsync(fd);
+  double s = Since(t);
+  io_uring_queue_exit(&ring);
+  ::close(fd);
+  for (void* p : bufs) std::free(p);
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dir = "/tmp";
+  uint64_t size_mib = 1024;
+  int runs = 3, device = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--dir") dir = argv[i + 1];
+    else if (a == "--size-mib") size_mib = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--runs") runs = std::atoi(argv[i + 1]);
+    else if (a == "--device") device = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "usage: %s [--dir DIR] [--size-mib N] [--runs R] [--device D]\n", argv[0]);
+      return 2;
+    }
+  }
+  auto count = ckfmt::CudaDeviceCount();
+  if (!count.ok() || *count == 0) {
+    std::printf("gpu_bench: no GPU (%s); nothing measured\n",
+                count.ok() ? "no CUDA device is present" : count.status().ToString().c_str());
+    return 0;
+  }
+  size_mib = std::max<uint64_t>(64, size_mib / 64 * 64);
+  const uint64_t bytes = size_mib << 20;
+  const uint64_t tensor_bytes = 64ull << 20;
+  const size_t ntensors = bytes / tensor_bytes;
+  Check(cudaSetDevice(device), "cudaSetDevice");
+  cudaDeviceProp prop;
+  Check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  std::printf("device cuda:%d %s; %llu MiB in %zu bf16 tensors; %d runs; dir %s\n", device,
+              prop.name, (unsigned long long)size_mib, ntensors, runs, dir.c_str());
+
+  // The state: random bytes (incompressible, like trained weights' mantissas).
+  std::vector<uint8_t> host(bytes);
+  uint64_t x = 88172645463325252ull;
+  for (uint64_t i = 0; i < bytes; i += 8) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    std::memcpy(&host[i], &x, 8);
+  }
+  ckfmt::Dict gpu_model, back_model;
+  auto alloc = ckfmt::CudaAllocator(device);
+  for (size_t i = 0; i < ntensors; ++i) {
+    ckfmt::Shape shape{tensor_bytes / 2};
+    auto t = alloc(ckfmt::DType::kBF16, shape, {}, {});
+    auto b = alloc(ckfmt::DType::kBF16, shape, {}, {});
+    Check(t.status(), "allocating");
+    Check(b.status(), "allocating");
+    Check(cudaMemcpy(t->data(), host.data() + i * tensor_bytes, tensor_bytes,
+                     cudaMemcpyHostToDevice), "upload");
+    gpu_model.Set("w" + std::to_string(i), *t);
+    back_model.Set("w" + std::to_string(i), *b);
+  }
+  ckfmt::Dict root, back_root;
+  root.Set("model", gpu_model);
+  back_root.Set("model", back_model);
+  ckfmt::Value state(root), back(back_root);
+
+  // Pinned copy bandwidth, device <-> host, the whole state per copy.
+  void* pinned = nullptr;
+  Check(cudaHostAlloc(&pinned, tensor_bytes, cudaHostAllocDefault), "cudaHostAlloc");
+  cudaStream_t stream;
+  Check(cudaStreamCreate(&stream), "cudaStreamCreate");
+  std::vector<double> d2h, h2d;
+  for (int r = 0; r < runs; ++r) {
+    for (int dir_ = 0; dir_ < 2; ++dir_) {
+      auto t = Clock::now();
+      for (size_t i = 0; i < ntensors; ++i) {
+        void* dev = gpu_model.value(i).as_tensor().data();
+        Check(dir_ == 0 ? cudaMemcpyAsync(pinned, dev, tensor_bytes, cudaMemcpyDeviceToHost, stream)
+                        : cudaMemcpyAsync(dev, pinned, tensor_bytes, cudaMemcpyHostToDevice, stream),
+              "cudaMemcpyAsync");
+      }
+      Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      (dir_ == 0 ? d2h : h2d).push_back(bytes / kGiB / Since(t));
+    }
+    // The H2D runs above wrote the pinned bytes into the tensors: restore.
+    for (size_t i = 0; i < ntensors; ++i) {
+      Check(cudaMemcpy(gpu_model.value(i).as_tensor().data(), host.data() + i * tensor_bytes,
+                       tensor_bytes, cudaMemcpyHostToDevice), "upload");
+    }
+  }
+  cudaFreeHost(pinned);
+  cudaStreamDestroy(stream);
+
+  const std::string raw_path = dir + "/gpu_bench.raw";
+  const std::string path = dir + "/gpu_bench.ckfmt";
+  std::vector<double> raw_w, raw_r, save, load, blocked, blocked_ratio;
+  const double d2h_s = bytes / kGiB / Median(d2h);
+  for (int r = 0; r < runs; ++r) {
+    raw_w.push_back(bytes / kGiB / RawTransfer(raw_path, bytes, true));
+    DropCache(raw_path);
+    raw_r.push_back(bytes / kGiB / RawTransfer(raw_path, bytes, false));
+    ::unlink(raw_path.c_str());
+
+    ::unlink(path.c_str());
+    auto t = Clock::now();
+    auto stats = ckfmt::Save(path, state);
+    Check(stats.status(), "Save");
+    save.push_back(bytes / kGiB / Since(t));
+    DropCache(path);
+    t = Clock::now();
+    auto report = ckfmt::Load(path, &back);
+    Check(report.status(), "Load");
+    load.push_back(bytes / kGiB / Since(t));
+
+    ckfmt::AsyncSaver saver;
+    for (int k = 0; k < 2; ++k) {  // the second save reuses the pinned arena
+      ::unlink(path.c_str());
+      Check(saver.SaveAsync(path, state), "SaveAsync");
+      double b = saver.last_blocked_seconds();
+      Check(saver.Wait().status(), "async save");
+      if (k == 1) {
+        blocked.push_back(b);
+        blocked_ratio.push_back(b / d2h_s);
+      }
+    }
+  }
+  ::unlink(path.c_str());
+  // The loaded tensors hold the saved bytes.
+  std::vector<uint8_t> check(tensor_bytes);
+  for (size_t i = 0; i < ntensors; ++i) {
+    Check(cudaMemcpy(check.data(), back_model.value(i).as_tensor().data(), tensor_bytes,
+                     cudaMemcpyDeviceToHost), "download");
+    if (std::memcmp(check.data(), host.data() + i * tensor_bytes, tensor_bytes) != 0) {
+      std::fprintf(stderr, "gpu_bench: loaded tensor w%zu differs from the saved one\n", i);
+      return 1;
+    }
+  }
+
+  const double bound_save = std::min(Median(d2h), Median(raw_w));
+  const double bound_load = std::min(Median(h2d), Median(raw_r));
+  std::printf("pinned copy  D2H %.2f GiB/s  H2D %.2f GiB/s\n", Median(d2h), Median(h2d));
+  std::printf("raw disk     write %.2f GiB/s (to fsync)  read %.2f GiB/s\n", Median(raw_w),
+              Median(raw_r));
+  std::printf("save GPU->file %.2f GiB/s = %.2f of min(D2H, raw write)\n", Median(save),
+              Median(save) / bound_save);
+  std::printf("load file->GPU %.2f GiB/s = %.2f of min(H2D, raw read)\n", Median(load),
+              Median(load) / bound_load);
+  std::printf("async save blocked %.3f s = %.2fx the pure D2H copy time (%.3f s)\n",
+              Median(blocked), Median(blocked_ratio), d2h_s);
+  return 0;
+}
