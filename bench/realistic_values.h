@@ -50,7 +50,7 @@ void ForNormals(size_t n, uint64_t seed, F&& emit) {
   }
 }
 
-uint16_t ToBF16(float f) {
+inline uint16_t ToBF16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   u += 0x7fff + ((u >> 16) & 1);

@@ -1,0 +1,197 @@
+#include "measure.h"
+
+#include <fcntl.h>
+#include <liburing.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "realistic_values.h"
+
+namespace ckfmt::bench {
+
+void Fatal(const std::string& msg) {
+  std::fprintf(stderr, "bench: %s\n", msg.c_str());
+  std::exit(1);
+}
+
+namespace {
+// Writing "5" to /proc/self/clear_refs resets VmHWM and with it ru_maxrss,
+// so the lifetime peak is tracked here across resets.
+double g_lifetime_peak_mib = 0;
+
+double RuMaxRssMiB() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+}  // namespace
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+double HwmMiB() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  double kib = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::strncmp(line, "VmHWM:", 6) == 0) kib = std::atof(line + 6);
+  }
+  std::fclose(f);
+  return kib / 1024.0;
+}
+
+bool ResetPeakRss() {
+  g_lifetime_peak_mib = std::max({g_lifetime_peak_mib, HwmMiB(), RuMaxRssMiB()});
+  const int fd = ::open("/proc/self/clear_refs", O_WRONLY);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, "5", 1) == 1;
+  ::close(fd);
+  return ok;
+}
+
+double LifetimePeakMiB() {
+  return std::max({g_lifetime_peak_mib, HwmMiB(), RuMaxRssMiB()});
+}
+
+double CpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+std::string LoadAvg() {
+  FILE* f = std::fopen("/proc/loadavg", "r");
+  if (!f) return "?";
+  char buf[128] = {};
+  if (!std::fgets(buf, sizeof buf, f)) buf[0] = 0;
+  std::fclose(f);
+  std::string s(buf);
+  // "0.52 0.58 0.59 1/123 4567": keep the three averages.
+  size_t n = 0, pos = 0;
+  while (n < 3 && (pos = s.find(' ', pos + 1)) != std::string::npos) ++n;
+  return s.substr(0, pos == std::string::npos ? s.size() : pos);
+}
+
+double CurrentRssMiB() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  long pages = 0, resident = 0;
+  if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+  std::fclose(f);
+  return double(resident) * double(sysconf(_SC_PAGESIZE)) / kMiB;
+}
+
+void* AlignedAlloc(size_t n) {
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, std::max<size_t>(n, 1)) != 0) Fatal("out of memory");
+  return p;
+}
+
+void DropCache(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+long DiskBusyMs(const std::string& dir) {
+  struct stat st{};
+  if (::stat(dir.c_str(), &st) != 0) return -1;
+  std::string p = "/sys/dev/block/" + std::to_string(major(st.st_dev)) + ":" +
+                  std::to_string(minor(st.st_dev)) + "/stat";
+  FILE* f = std::fopen(p.c_str(), "r");
+  if (!f) return -1;
+  long v[10] = {};
+  int got = 0;
+  for (int i = 0; i < 10 && std::fscanf(f, "%ld", &v[i]) == 1; ++i) got = i + 1;
+  std::fclose(f);
+  return got == 10 ? v[9] : -1;
+}
+
+void RemoveAndSettle(const std::string& path) {
+  std::filesystem::remove(path);
+  ::sync();
+}
+
+RawIo::RawIo() {
+  for (unsigned i = 0; i < kRawDepth; ++i) {
+    bufs.push_back(AlignedAlloc(kRawBlock));
+    Rng r(1000 + i);
+    auto* p = static_cast<uint64_t*>(bufs.back());
+    for (size_t k = 0; k < kRawBlock / 8; ++k) p[k] = r.Next();
+  }
+}
+
+RawIo::~RawIo() {
+  for (void* p : bufs) std::free(p);
+}
+
+double RawTransfer(const std::string& path, uint64_t bytes, bool write, RawIo& io) {
+  const int flags = write ? (O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT) : (O_RDONLY | O_DIRECT);
+  const int fd = ::open(path.c_str(), flags, 0644);
+  if (fd < 0) Fatal("open " + path + ": " + std::strerror(errno));
+  io_uring ring;
+  if (int e = io_uring_queue_init(kRawDepth, &ring, 0); e < 0) {
+    Fatal(std::string("io_uring_queue_init: ") + std::strerror(-e));
+  }
+  const uint64_t nblocks = bytes / kRawBlock;
+  std::vector<unsigned> free_slots;
+  for (unsigned i = 0; i < kRawDepth; ++i) free_slots.push_back(i);
+  uint64_t submitted = 0, done = 0;
+  const auto t0 = Clock::now();
+  while (done < nblocks) {
+    unsigned queued = 0;
+    while (!free_slots.empty() && submitted < nblocks) {
+      const unsigned slot = free_slots.back();
+      free_slots.pop_back();
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+      if (!sqe) Fatal("io_uring_get_sqe failed");
+      if (write) {
+        io_uring_prep_write(sqe, fd, io.bufs[slot], kRawBlock, submitted * kRawBlock);
+      } else {
+        io_uring_prep_read(sqe, fd, io.bufs[slot], kRawBlock, submitted * kRawBlock);
+      }
+      io_uring_sqe_set_data64(sqe, slot);
+      ++submitted;
+      ++queued;
+    }
+    if (queued) {
+      if (int e = io_uring_submit(&ring); e < 0) {
+        Fatal(std::string("io_uring_submit: ") + std::strerror(-e));
+      }
+    }
+    io_uring_cqe* cqe = nullptr;
+    if (int e = io_uring_wait_cqe(&ring, &cqe); e < 0) {
+      Fatal(std::string("io_uring_wait_cqe: ") + std::strerror(-e));
+    }
+    do {
+      if (cqe->res != int(kRawBlock)) {
+        Fatal(std::string("raw ") + (write ? "write" : "read") + " returned " +
+            std::to_string(cqe->res) +
+            (cqe->res < 0 ? std::string(" ") + std::strerror(-cqe->res) : std::string()));
+      }
+      free_slots.push_back(unsigned(io_uring_cqe_get_data64(cqe)));
+      ++done;
+      io_uring_cqe_seen(&ring, cqe);
+    } while (io_uring_peek_cqe(&ring, &cqe) == 0);
+  }
+  if (write && ::fsync(fd) != 0) Fatal("fsync: " + std::string(std::strerror(errno)));
+  const auto t1 = Clock::now();
+  io_uring_queue_exit(&ring);
+  ::close(fd);
+  return Seconds(t0, t1);
+}
+
+}  // namespace ckfmt::bench

@@ -1,0 +1,88 @@
+// What the benchmarks measure with, beside the engine: wall and CPU time,
+// resident memory, disk busy time, and the raw O_DIRECT bandwidth of a
+// directory (the baseline every throughput ratio is taken against).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ckfmt::bench {
+
+using Clock = std::chrono::steady_clock;
+inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+inline constexpr double kMiB = 1024.0 * 1024.0;
+
+// Prints "bench: msg" and exits 1.
+[[noreturn]] void Fatal(const std::string& msg);
+
+double Seconds(Clock::time_point a, Clock::time_point b);
+// CPU seconds (user + system, all threads) used by the process so far.
+double CpuSeconds();
+// "0.52 0.58 0.59": other processes compete for the same cores.
+std::string LoadAvg();
+
+// Resident memory. Per-operation peaks: ResetPeakRss() resets the kernel's
+// high-water mark (VmHWM) so that HwmMiB() after an operation is its peak;
+// LifetimePeakMiB() is the process's peak across resets.
+double CurrentRssMiB();
+double HwmMiB();
+bool ResetPeakRss();  // false where the kernel does not allow it
+double LifetimePeakMiB();
+
+// 4096-aligned, uninitialised; exits on failure. Free with std::free.
+void* AlignedAlloc(size_t n);
+
+// Writes back and evicts `path`'s cached pages, so the next read is cold.
+void DropCache(const std::string& path);
+// Milliseconds the block device under `dir` has had I/O in flight
+// (io_ticks of /sys/dev/block/M:m/stat); -1 if unknown. Busy time over wall
+// time tells a pipeline that leaves the disk idle from a disk that is
+// simply slower in this run.
+long DiskBusyMs(const std::string& dir);
+// Removes `path` and waits for the file system to finish with it: on a disk
+// mounted with online discard, freeing a GiB queues TRIMs that would
+// otherwise slow whichever write is timed next.
+void RemoveAndSettle(const std::string& path);
+
+// Raw bandwidth: io_uring, O_DIRECT, 4 MiB requests, queue depth 8.
+inline constexpr size_t kRawBlock = 4u << 20;
+inline constexpr unsigned kRawDepth = 8;
+
+struct RawIo {
+  std::vector<void*> bufs;
+  RawIo();  // buffers hold distinct incompressible bytes
+  ~RawIo();
+  RawIo(const RawIo&) = delete;
+  RawIo& operator=(const RawIo&) = delete;
+};
+
+// Seconds to move `bytes` (a multiple of kRawBlock) between `path` and
+// memory; a write creates the file and includes its fsync.
+double RawTransfer(const std::string& path, uint64_t bytes, bool write, RawIo& io);
+
+// One row of results: a figure per run, with what each run cost.
+struct Series {
+  std::string name;
+  std::vector<double> gibs = {};  // GiB/s per run
+  double peak_delta_mib = -1;      // max over runs of (peak RSS during the op - RSS before)
+  std::vector<double> cores = {};  // CPU seconds / wall seconds per run
+  std::vector<double> busy = {};   // disk busy time / wall time per run
+  void Busy(long ms0, long ms1, double seconds) {
+    if (ms0 >= 0 && ms1 >= ms0) busy.push_back(double(ms1 - ms0) / 1e3 / seconds);
+  }
+  void Rss(double before_mib) { peak_delta_mib = std::max(peak_delta_mib, HwmMiB() - before_mib); }
+  double Median() const { return MedianOf(gibs); }
+  double Min() const { return gibs.empty() ? 0 : *std::min_element(gibs.begin(), gibs.end()); }
+  double Max() const { return gibs.empty() ? 0 : *std::max_element(gibs.begin(), gibs.end()); }
+  static double MedianOf(std::vector<double> v) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  }
+};
+
+}  // namespace ckfmt::bench
