@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <set>
 
+#include "ckfmt/cuda.h"
 #include "ckfmt/log.h"
+#include "device/device_ops.h"
 #include "reader_impl.h"
 #include "scalar_value.h"
 
@@ -23,7 +25,7 @@ std::string Describe(const Value& v) {
   }
   s += "]";
   if (t.shard()) s += " shard " + t.region().ToString();
-  if (t.device().type != DeviceType::kCPU) s += " on cuda:" + std::to_string(t.device().index);
+  if (t.device().type != DeviceType::kCPU) s += " on " + DeviceName(t.device());
   return s;
 }
 
@@ -41,7 +43,7 @@ bool Compatible(const EntryRecord& e, const Value& v) {
       if (!v.is_tensor()) return false;
       const Tensor& t = v.as_tensor();
       return t.dtype() == e.dtype && t.global_shape() == e.shape &&
-             t.device().type == DeviceType::kCPU && ValidateRegion(t.region(), e.shape).ok() &&
+             ValidateRegion(t.region(), e.shape).ok() &&
              t.region().NumElements() == t.numel() && (t.data() || t.numel() == 0);
     }
     case EntryKind::kBytes: return v.kind() == Value::Kind::kBytes;
@@ -146,6 +148,21 @@ Result<LoadReport> LoadImpl(CheckpointReader::Impl& r, Value* sd, const LoadOpti
                       " entries of the state dict are not in the file: " +
                       JoinPaths(report.missing));
   }
+  // Device tensors need a device backend: checked here, so that a build or
+  // machine without one refuses before anything changes.
+  auto usable = [&](Device d, const KeyPath& p) {
+    if (d.type == DeviceType::kCPU) return Status::OK();
+    return DeviceOpsFor(d).status().WithContext(file + ": " + FormatKeyPath(p));
+  };
+  for (const EntryRecord* e : plan.in_place) {
+    const Value* v = sd->Find(e->path);
+    if (v->is_tensor()) CKFMT_RETURN_IF_ERROR(usable(v->as_tensor().device(), e->path));
+  }
+  for (const EntryRecord* e : plan.create) {
+    if (e->kind != EntryKind::kTensor) continue;
+    CKFMT_RETURN_IF_ERROR(usable(o.reconstruct_device, e->path));
+    break;
+  }
   if (!report.missing.empty() && o.missing == MissingPolicy::kWarn) {
     Log(LogLevel::kWarning, file + ": not in the file, left as they are: " + JoinPaths(report.missing));
   }
@@ -155,7 +172,9 @@ Result<LoadReport> LoadImpl(CheckpointReader::Impl& r, Value* sd, const LoadOpti
 
   // Pass 2: create what the caller lacks, assign scalars, then read all
   // data in one pass.
-  Allocator alloc = o.allocator ? o.allocator : HostAllocator();
+  Allocator alloc = o.allocator                                         ? o.allocator
+                    : o.reconstruct_device.type == DeviceType::kCUDA ? CudaAllocator()
+                                                                      : HostAllocator();
   std::set<KeyPath> has_created_child;
   for (const EntryRecord* e : plan.create) {
     has_created_child.insert(KeyPath(e->path.begin(), e->path.end() - 1));
@@ -164,8 +183,9 @@ Result<LoadReport> LoadImpl(CheckpointReader::Impl& r, Value* sd, const LoadOpti
   for (const EntryRecord* e : plan.create) {
     Value fresh;
     if (e->kind == EntryKind::kTensor) {
-      auto t = alloc(e->dtype, e->shape, e->path, Device{});
+      auto t = alloc(e->dtype, e->shape, e->path, o.reconstruct_device);
       if (!t.ok()) return t.status().WithContext(file + ": allocating " + FormatKeyPath(e->path));
+      CKFMT_RETURN_IF_ERROR(usable(t->device(), e->path));
       if (t->dtype() != e->dtype || t->shape() != e->shape || (t->numel() && !t->data())) {
         return Status::InvalidArgument(file + ": the allocator returned " + Describe(Value(*t)) +
                                        " for " + FormatKeyPath(e->path) + ", which needs " +
@@ -197,7 +217,7 @@ Result<LoadReport> LoadImpl(CheckpointReader::Impl& r, Value* sd, const LoadOpti
     Value* v = sd->Find(e->path);
     if (e->kind == EntryKind::kTensor) {
       Tensor& t = v->as_tensor();
-      targets.push_back({e, t.region(), static_cast<uint8_t*>(t.data())});
+      targets.push_back({e, t.region(), static_cast<uint8_t*>(t.data()), t.device()});
     } else {
       Bytes& b = v->as_bytes();
       b.content_type = e->content_type;

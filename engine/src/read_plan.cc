@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "ckfmt/checksum.h"
 #include "ckfmt/file_layout.h"
@@ -16,6 +17,7 @@ struct Copy {
   uint64_t src;  // byte offset in the chunk's raw bytes
   uint8_t* dst;
   uint64_t len;
+  DeviceStream* stream;  // non-null: dst is device memory
 };
 
 struct ChunkTask {
@@ -23,6 +25,7 @@ struct ChunkTask {
   const ChunkRecord* chunk;
   uint64_t raw_begin;  // the chunk's first byte within its piece's stream
   std::vector<Copy> copies;
+  bool device = false;  // some copy goes to device memory
 };
 
 // Consecutive chunks read with one request into one buffer.
@@ -40,7 +43,7 @@ std::string Describe(const File& file, const ChunkTask& t) {
 }
 
 // Adds the copies that move `target`'s overlap with each piece of its entry.
-Status PlanTarget(const File& file, const ReadTarget& target,
+Status PlanTarget(const File& file, const ReadTarget& target, DeviceStream* stream,
                   std::map<uint64_t, ChunkTask>& tasks) {
   const EntryRecord& e = *target.entry;
   const uint64_t es = DTypeSize(e.dtype);
@@ -66,7 +69,8 @@ Status PlanTarget(const File& file, const ReadTarget& target,
         t.entry = &e;
         t.chunk = &c;
         t.raw_begin = chunk_begin;
-        t.copies.push_back({lo - chunk_begin, target.dst + (run.dst_offset * es + (lo - run.src_offset * es)), take});
+        t.copies.push_back({lo - chunk_begin, target.dst + (run.dst_offset * es + (lo - run.src_offset * es)), take, stream});
+        t.device = t.device || stream;
         lo += take;
       }
     }
@@ -88,9 +92,34 @@ Status ChecksumMismatch(const File& file, const ChunkTask& t, uint64_t computed)
   return Status::Corruption(Describe(file, t) + buf);
 }
 
-Status ProcessChunk(const File& file, const ChunkTask& t, const uint8_t* stored, bool verify) {
+// Moves a chunk's raw bytes into place. Device copies are waited for, so
+// `raw` (a staging slot or bounce buffer) may be reused once this returns.
+Status Scatter(const ChunkTask& t, const uint8_t* raw) {
+  DeviceStream* used = nullptr;
+  Status s;
+  for (const Copy& cp : t.copies) {
+    if (!cp.stream) {
+      std::memcpy(cp.dst, raw + cp.src, cp.len);
+      continue;
+    }
+    if (used && used != cp.stream) s = used->Synchronize();  // one chunk, two devices
+    used = cp.stream;
+    if (s.ok()) s = cp.stream->CopyToDevice(cp.dst, raw + cp.src, cp.len);
+    if (!s.ok()) break;
+  }
+  if (used) {
+    Status w = used->Synchronize();
+    if (s.ok()) s = w;
+  }
+  return s;
+}
+
+// `dev` is set when the chunk has device copies (pinned scratch for decoding).
+Status ProcessChunk(const File& file, const ChunkTask& t, const uint8_t* stored, bool verify,
+                    DeviceStaging* dev = nullptr) {
   const ChunkRecord& c = *t.chunk;
-  if (c.codec == uint8_t(Codec::kNone) && t.copies.size() == 1 && t.copies[0].len == c.raw_size) {
+  if (!t.device && c.codec == uint8_t(Codec::kNone) && t.copies.size() == 1 &&
+      t.copies[0].len == c.raw_size) {
     // The common whole-chunk copy: hash while copying (one pass over the
     // staging slot). A mismatch leaves the destination's bytes unspecified,
     // as any failed load does.
@@ -107,19 +136,29 @@ Status ProcessChunk(const File& file, const ChunkTask& t, const uint8_t* stored,
   }
   const uint8_t* raw = stored;
   thread_local std::vector<uint8_t> scratch;
+  std::optional<PinnedPool::Lease> pinned;  // decode target for device copies
   if (c.codec != uint8_t(Codec::kNone)) {
     // A single copy that takes the whole chunk decodes straight into place.
-    if (t.copies.size() == 1 && t.copies[0].len == c.raw_size) {
+    if (!t.device && t.copies.size() == 1 && t.copies[0].len == c.raw_size) {
       Status s = DecodeChunk(c.codec, stored, c.stored_size, t.copies[0].dst, c.raw_size);
       return s.ok() ? s : s.WithContext(Describe(file, t));
     }
-    scratch.resize(c.raw_size);
-    Status s = DecodeChunk(c.codec, stored, c.stored_size, scratch.data(), c.raw_size);
+    uint8_t* out;
+    if (t.device) {
+      auto lease = dev->Bounce();
+      if (!lease.ok()) return lease.status().WithContext(Describe(file, t));
+      pinned.emplace(std::move(*lease));
+      out = pinned->data();
+    } else {
+      scratch.resize(c.raw_size);
+      out = scratch.data();
+    }
+    Status s = DecodeChunk(c.codec, stored, c.stored_size, out, c.raw_size);
     if (!s.ok()) return s.WithContext(Describe(file, t));
-    raw = scratch.data();
+    raw = out;
   }
-  for (const Copy& cp : t.copies) std::memcpy(cp.dst, raw + cp.src, cp.len);
-  return Status::OK();
+  Status s = Scatter(t, raw);
+  return s.ok() ? s : s.WithContext(Describe(file, t));
 }
 
 std::vector<Request> GroupRequests(std::map<uint64_t, ChunkTask>& tasks, uint64_t block) {
@@ -142,15 +181,18 @@ std::vector<Request> GroupRequests(std::map<uint64_t, ChunkTask>& tasks, uint64_
 // The page-cache path: when the file is already cached, O_DIRECT would
 // re-read it from the disk. Buffered pread straight into the destination
 // (one copy), checksummed there, runs near memcpy speed.
+// Chunks bound for a device are read into pinned bounce buffers from `dev`.
 Status ReadCached(const File& file, const std::map<uint64_t, ChunkTask>& tasks,
-                  const ReadOptions& options, ThreadPool& pool, uint64_t* bytes_read) {
+                  const ReadOptions& options, ThreadPool& pool, uint64_t* bytes_read,
+                  DeviceStaging* dev) {
   std::vector<const ChunkTask*> list;
   for (const auto& [offset, t] : tasks) list.push_back(&t);
   std::vector<Status> errs(list.size());
   pool.ParallelFor(list.size(), [&](size_t i) {
     const ChunkTask& t = *list[i];
     const ChunkRecord& c = *t.chunk;
-    if (c.codec == uint8_t(Codec::kNone) && t.copies.size() == 1 && t.copies[0].len == c.raw_size) {
+    if (!t.device && c.codec == uint8_t(Codec::kNone) && t.copies.size() == 1 &&
+        t.copies[0].len == c.raw_size) {
       uint8_t* dst = t.copies[0].dst;
       errs[i] = file.ReadAt(c.offset, dst, c.raw_size);
       if (errs[i].ok() && options.verify_checksums) {
@@ -160,9 +202,22 @@ Status ReadCached(const File& file, const std::map<uint64_t, ChunkTask>& tasks,
       return;
     }
     thread_local std::vector<uint8_t> buf;
-    buf.resize(c.stored_size);
-    errs[i] = file.ReadAt(c.offset, buf.data(), c.stored_size);
-    if (errs[i].ok()) errs[i] = ProcessChunk(file, t, buf.data(), options.verify_checksums);
+    uint8_t* into;
+    std::optional<PinnedPool::Lease> pinned;
+    if (t.device) {
+      auto lease = dev->Bounce();
+      if (!lease.ok()) {
+        errs[i] = lease.status();
+        return;
+      }
+      pinned.emplace(std::move(*lease));
+      into = pinned->data();
+    } else {
+      buf.resize(c.stored_size);
+      into = buf.data();
+    }
+    errs[i] = file.ReadAt(c.offset, into, c.stored_size);
+    if (errs[i].ok()) errs[i] = ProcessChunk(file, t, into, options.verify_checksums, dev);
   });
   for (const ChunkTask* t : list) *bytes_read += t->chunk->stored_size;
   for (Status& s : errs) CKFMT_RETURN_IF_ERROR(s);
@@ -187,11 +242,31 @@ Status ReadSession::SetUpIo() {
   return Status::OK();
 }
 
+Result<DeviceStream*> ReadSession::DeviceStreamFor(Device device) {
+  if (!device_) {
+    CKFMT_ASSIGN_OR_RETURN(device_, DeviceStaging::For(device));
+  }
+  return device_->Stream(device);
+}
+
 Status ReadSession::Read(const std::vector<ReadTarget>& targets, ThreadPool& pool,
                          uint64_t* bytes_read) {
   std::map<uint64_t, ChunkTask> tasks;
-  for (const ReadTarget& t : targets) CKFMT_RETURN_IF_ERROR(PlanTarget(file_, t, tasks));
+  for (const ReadTarget& t : targets) {
+    DeviceStream* stream = nullptr;
+    if (t.device.type != DeviceType::kCPU && t.region.NumElements() > 0) {
+      auto s = DeviceStreamFor(t.device);
+      if (!s.ok()) return s.status().WithContext(file_.path() + ": " + FormatKeyPath(t.entry->path));
+      stream = *s;
+    }
+    CKFMT_RETURN_IF_ERROR(PlanTarget(file_, t, stream, tasks));
+  }
   if (tasks.empty()) return Status::OK();
+  uint64_t bounce = 0;  // the largest chunk bound for a device, stored or raw
+  for (const auto& [offset, t] : tasks) {
+    if (t.device) bounce = std::max({bounce, t.chunk->stored_size, t.chunk->raw_size});
+  }
+  if (bounce) device_->SetBounceSize(bounce);
   if (file_.direct() && options_.io.backend == IoBackend::kAuto) {
     CKFMT_ASSIGN_OR_RETURN(uint64_t size, file_.Size());
     if (CachedFraction(file_, size) > 0.5) {
@@ -199,10 +274,12 @@ Status ReadSession::Read(const std::vector<ReadTarget>& targets, ThreadPool& poo
         // The same inode as the validated file, not whatever the path names now.
         CKFMT_ASSIGN_OR_RETURN(buffered_, file_.Reopen(/*direct=*/false));
       }
-      return ReadCached(buffered_, tasks, options_, pool, bytes_read);
+      return ReadCached(buffered_, tasks, options_, pool, bytes_read, device_.get());
     }
   }
   CKFMT_RETURN_IF_ERROR(SetUpIo());
+  // Device copies read straight from the slots: they must be pinned.
+  if (bounce) CKFMT_RETURN_IF_ERROR(device_->PinSlots(slots_).WithContext(file_.path()));
   const File& file = file_;
   const ReadOptions& options = options_;
   const uint64_t block = block_;
@@ -213,7 +290,8 @@ Status ReadSession::Read(const std::vector<ReadTarget>& targets, ThreadPool& poo
     std::vector<Status> errs(r.tasks.size());
     pool.ParallelFor(r.tasks.size(), [&](size_t i) {
       const ChunkTask& t = *r.tasks[i];
-      errs[i] = ProcessChunk(file, t, buf + (t.chunk->offset - r.begin), options.verify_checksums);
+      errs[i] = ProcessChunk(file, t, buf + (t.chunk->offset - r.begin), options.verify_checksums,
+                             device_.get());
     });
     for (Status& s : errs) CKFMT_RETURN_IF_ERROR(s);
     *bytes_read += r.end - r.begin;
@@ -231,7 +309,9 @@ Status ReadSession::Read(const std::vector<ReadTarget>& targets, ThreadPool& poo
     while (status.ok() && next < reqs.size() && reqs[next].end - reqs[next].begin > block) {
       const Request& r = reqs[next++];
       AlignedBuffer big(r.end - r.begin);
-      status = file.ReadAt(r.begin, big.data(), r.end - r.begin);
+      PinnedRanges pinned_big;  // device copies read from it
+      if (bounce) status = pinned_big.Add(device_->ops(), big.data(), big.size());
+      if (status.ok()) status = file.ReadAt(r.begin, big.data(), r.end - r.begin);
       if (status.ok()) status = process(r, big.data());
     }
     while (status.ok() && next < reqs.size() && !free.empty() &&

@@ -6,6 +6,7 @@
 
 #include "ckfmt/index.h"
 #include "ckfmt/reader.h"
+#include "device/device_staging.h"
 #include "io/block_io.h"
 #include "io/file.h"
 #include "thread_pool.h"
@@ -13,11 +14,13 @@
 namespace ckfmt {
 
 // A destination: `dst` receives the row-major stream of `region` of
-// `entry`'s global tensor.
+// `entry`'s global tensor. `dst` is memory of `device` (a CUDA target is
+// filled by host -> device copies from pinned memory).
 struct ReadTarget {
   const EntryRecord* entry;
   Region region;
   uint8_t* dst;
+  Device device = {};
 };
 
 // Reads of one open file. Staging slots, the I/O ring and the buffered
@@ -36,6 +39,8 @@ class ReadSession {
 
  private:
   Status SetUpIo();
+  // The stream for a target on `device`, setting up device staging first.
+  Result<DeviceStream*> DeviceStreamFor(Device device);
 
   const File& file_;
   const ReadOptions& options_;
@@ -43,6 +48,7 @@ class ReadSession {
   std::vector<AlignedBuffer> slots_;
   std::unique_ptr<BlockIo> io_;
   File buffered_;  // for files already in the page cache
+  std::unique_ptr<DeviceStaging> device_;  // after slots_: unpins before they go
 };
 
 }  // namespace ckfmt

@@ -55,7 +55,8 @@ uint64_t CheckpointReader::file_size() const { return impl_->file_size; }
 const FileFooter& CheckpointReader::footer() const { return impl_->footer; }
 const EntryRecord* CheckpointReader::Find(const KeyPath& path) const { return impl_->Find(path); }
 
-Status CheckpointReader::ReadRegion(const KeyPath& path, const Region& region, void* dst) {
+Status CheckpointReader::ReadRegion(const KeyPath& path, const Region& region, void* dst,
+                                    Device device) {
   const EntryRecord* e = impl_->Find(path);
   if (!e) return Status::NotFound(this->path() + ": no entry " + FormatKeyPath(path));
   if (!e->HasData()) {
@@ -66,7 +67,7 @@ Status CheckpointReader::ReadRegion(const KeyPath& path, const Region& region, v
     return Status::InvalidArgument(this->path() + ": " + FormatKeyPath(path) + ": " + s.message());
   }
   uint64_t bytes = 0;
-  return impl_->session.Read({{e, region, static_cast<uint8_t*>(dst)}}, impl_->pool, &bytes);
+  return impl_->session.Read({{e, region, static_cast<uint8_t*>(dst), device}}, impl_->pool, &bytes);
 }
 
 Result<Tensor> CheckpointReader::ReadTensor(const KeyPath& path, const Allocator& allocator) {
@@ -78,7 +79,7 @@ Result<Tensor> CheckpointReader::ReadTensor(const KeyPath& path, const Allocator
   }
   Allocator alloc = allocator ? allocator : HostAllocator();
   CKFMT_ASSIGN_OR_RETURN(Tensor t, alloc(e->dtype, e->shape, path, Device{}));
-  CKFMT_RETURN_IF_ERROR(ReadRegion(path, Region::Whole(e->shape), t.data()));
+  CKFMT_RETURN_IF_ERROR(ReadRegion(path, Region::Whole(e->shape), t.data(), t.device()));
   return t;
 }
 

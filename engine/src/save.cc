@@ -15,10 +15,6 @@ Status AddValue(CheckpointWriter& w, const std::string& file, const KeyPath& pat
                         v.as_bytes().data.size());
     case Value::Kind::kTensor: {
       const Tensor& t = v.as_tensor();
-      if (t.device().type != DeviceType::kCPU) {
-        return Status::InvalidArgument(file + ": " + FormatKeyPath(path) +
-                                       ": only host tensors can be saved by this build");
-      }
       if (t.numel() > 0 && !t.data()) {
         return Status::InvalidArgument(file + ": " + FormatKeyPath(path) + ": tensor has no data");
       }
@@ -29,7 +25,7 @@ Status AddValue(CheckpointWriter& w, const std::string& file, const KeyPath& pat
                                        " elements but the tensor has " + std::to_string(t.numel()));
       }
       CKFMT_RETURN_IF_ERROR(
-          w.AddTensorPiece(path, t.dtype(), t.global_shape(), t.region(), 0, t.data()));
+          w.AddTensorPiece(path, t.dtype(), t.global_shape(), t.region(), 0, t.data(), t.device()));
       // A lone shard of a larger tensor cannot cover it.
       auto global = NumElements(t.global_shape());
       if (global.ok() && *global != t.numel()) return w.MarkPartial(path);

@@ -9,6 +9,7 @@
 #include "ckfmt/checksum.h"
 #include "ckfmt/file_layout.h"
 #include "ckfmt/log.h"
+#include "device/device_staging.h"
 #include "io/file.h"
 #include "io/staged_output.h"
 #include "thread_pool.h"
@@ -30,7 +31,7 @@ class CheckpointWriter::Impl {
   Status AddBytes(const KeyPath& path, const std::string& content_type, const void* data,
                   size_t size);
   Status AddTensorPiece(const KeyPath& path, DType dtype, const Shape& shape, const Region& region,
-                        uint32_t rank, const void* data);
+                        uint32_t rank, const void* data, Device device);
   Status AddSavedLayout(const KeyPath& path, ShardRecord shard);
   Status MarkPartial(const KeyPath& path);
   Status Commit();
@@ -48,6 +49,13 @@ class CheckpointWriter::Impl {
                      PieceRecord* piece);
   Status WriteBatch(const uint8_t* data, const std::vector<std::pair<uint64_t, uint64_t>>& batch,
                     size_t element_size, PieceRecord* piece);
+  // The stream for data on `device`, setting up device staging first.
+  Result<DeviceStream*> DeviceStreamFor(Device device);
+  // Enqueues device -> host copies of the batch's chunks into dst[i] (pinned)
+  // and a fence after each; on failure, waits until nothing is in flight.
+  Status FetchFromDevice(const uint8_t* data,
+                         const std::vector<std::pair<uint64_t, uint64_t>>& batch,
+                         const std::vector<uint8_t*>& dst, std::vector<uint64_t>* fences);
 
   std::string path_, tmp_path_;
   SaveOptions opts_;
@@ -56,6 +64,10 @@ class CheckpointWriter::Impl {
   std::unique_ptr<StagedOutput> out_;
   size_t batch_max_ = 1;
   std::vector<AlignedBuffer> scratch_;  // per batch slot, for compressed chunks
+  // GPU data: set up by the first device piece (pins the slots); stream_ is
+  // the stream of the piece being written, nullptr for host data.
+  std::unique_ptr<DeviceStaging> device_;
+  DeviceStream* stream_ = nullptr;
   IndexRecord index_;
   std::map<KeyPath, size_t> entry_pos_;
   WriteStats stats_;
@@ -189,7 +201,7 @@ Status CheckpointWriter::Impl::AddBytes(const KeyPath& path, const std::string& 
 
 Status CheckpointWriter::Impl::AddTensorPiece(const KeyPath& path, DType dtype, const Shape& shape,
                                               const Region& region, uint32_t rank,
-                                              const void* data) {
+                                              const void* data, Device device) {
   CKFMT_RETURN_IF_ERROR(CheckUsable());
   std::string where = path_ + ": " + FormatKeyPath(path);
   if (Status s = ValidateRegion(region, shape); !s.ok()) {
@@ -224,18 +236,30 @@ Status CheckpointWriter::Impl::AddTensorPiece(const KeyPath& path, DType dtype, 
   const uint64_t esize = DTypeSize(dtype);
   uint64_t chunk_raw =
       std::max<uint64_t>(esize, std::min(opts_.chunk_size, kMaxChunkRawSize) / esize * esize);
+  DeviceStream* stream = nullptr;
+  if (device.type != DeviceType::kCPU && data && region.NumElements() > 0) {
+    auto s = DeviceStreamFor(device);
+    if (!s.ok()) return s.status().WithContext(where);
+    stream = *s;
+  }
   if (dtype == DType::kBool && data) {
     // Spec rule W6: bool elements are the bytes 0 and 1.
-    const auto* b = static_cast<const uint8_t*>(data);
-    const uint8_t* bad = std::find_if(b, b + region.NumElements(), [](uint8_t v) { return v > 1; });
-    if (bad != b + region.NumElements()) {
-      return Status::InvalidArgument(where + ": bool element " + std::to_string(bad - b) +
+    auto check = [&](const uint8_t* b, size_t n, uint64_t base) {
+      const uint8_t* bad = std::find_if(b, b + n, [](uint8_t v) { return v > 1; });
+      if (bad == b + n) return Status::OK();
+      return Status::InvalidArgument(where + ": bool element " + std::to_string(base + (bad - b)) +
                                      " is the byte " + std::to_string(*bad) + ", expected 0 or 1");
-    }
+    };
+    // Device bool tensors (masks, rare and small) are checked in a bounce buffer.
+    CKFMT_RETURN_IF_ERROR(stream ? device_->ForEachHostPiece(device, data, region.NumElements(), check)
+                                 : check(static_cast<const uint8_t*>(data), region.NumElements(), 0));
   }
   PieceRecord piece{rank, region, {}};
-  CKFMT_RETURN_IF_ERROR(WriteChunks(static_cast<const uint8_t*>(data),
-                                    region.NumElements() * esize, chunk_raw, esize, &piece));
+  stream_ = stream;
+  Status written = WriteChunks(static_cast<const uint8_t*>(data), region.NumElements() * esize,
+                               chunk_raw, esize, &piece);
+  stream_ = nullptr;
+  if (!written.ok()) return stream ? written.WithContext(where + " on " + DeviceName(device)) : written;
   index_.entries[pos].pieces.push_back(std::move(piece));
   return Status::OK();
 }
@@ -247,6 +271,32 @@ Result<EntryRecord*> CheckpointWriter::Impl::FindTensor(const KeyPath& path) {
     return Status::InvalidArgument(path_ + ": " + FormatKeyPath(path) + " is not a tensor entry");
   }
   return &index_.entries[it->second];
+}
+
+Result<DeviceStream*> CheckpointWriter::Impl::DeviceStreamFor(Device device) {
+  if (!device_) {
+    CKFMT_ASSIGN_OR_RETURN(auto staging, DeviceStaging::For(device));
+    CKFMT_RETURN_IF_ERROR(staging->PinSlots(out_->slots()));
+    staging->SetBounceSize(std::min(opts_.chunk_size, kMaxChunkRawSize));
+    device_ = std::move(staging);
+  }
+  return device_->Stream(device);
+}
+
+Status CheckpointWriter::Impl::FetchFromDevice(
+    const uint8_t* data, const std::vector<std::pair<uint64_t, uint64_t>>& batch,
+    const std::vector<uint8_t*>& dst, std::vector<uint64_t>* fences) {
+  fences->resize(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Status s = stream_->CopyToHost(dst[i], data + batch[i].first, batch[i].second);
+    auto fence = s.ok() ? stream_->Record() : Result<uint64_t>(s);
+    if (!fence.ok()) {
+      (void)stream_->Synchronize();  // nothing may still write into dst
+      return fence.status();
+    }
+    (*fences)[i] = *fence;
+  }
+  return Status::OK();
 }
 
 Status CheckpointWriter::Impl::WriteChunks(const uint8_t* data, uint64_t size, uint64_t chunk_raw,
@@ -285,15 +335,42 @@ Status CheckpointWriter::Impl::WriteBatch(const uint8_t* data,
       recs[i] = {space.file_offset, batch[i].second, batch[i].second, 0, uint8_t(Codec::kNone)};
       out_->Commit(batch[i].second);
     }
-    pool_.ParallelFor(n, [&](size_t i) {
-      recs[i].checksum = CopyAndChecksum(dst[i], data + batch[i].first, batch[i].second);
-    });
+    if (stream_) {
+      // Device data lands straight in its place in the pinned slots; each
+      // chunk is checksummed as soon as its copy is done.
+      std::vector<uint64_t> fences;
+      CKFMT_RETURN_IF_ERROR(FetchFromDevice(data, batch, dst, &fences));
+      pool_.ParallelFor(n, [&](size_t i) {
+        errors[i] = stream_->Wait(fences[i]);
+        if (errors[i].ok()) recs[i].checksum = Checksum(dst[i], batch[i].second);
+      });
+      for (const Status& s : errors) CKFMT_RETURN_IF_ERROR(s);
+    } else {
+      pool_.ParallelFor(n, [&](size_t i) {
+        recs[i].checksum = CopyAndChecksum(dst[i], data + batch[i].first, batch[i].second);
+      });
+    }
   } else {
     // Encoded sizes are known only afterwards: encode into scratch in
     // parallel, then copy into place in order.
     std::vector<size_t> stored(n);
+    // The chunks' raw bytes: in place for host data, in pinned bounce
+    // buffers for device data.
+    std::vector<const uint8_t*> src(n);
+    std::vector<uint8_t*> landing(n);
+    std::vector<PinnedPool::Lease> bounce;
+    std::vector<uint64_t> fences;
+    for (size_t i = 0; i < n; ++i) {
+      src[i] = data + batch[i].first;
+      if (!stream_) continue;
+      CKFMT_ASSIGN_OR_RETURN(PinnedPool::Lease lease, device_->Bounce());
+      bounce.push_back(std::move(lease));
+      src[i] = landing[i] = bounce.back().data();
+    }
+    if (stream_) CKFMT_RETURN_IF_ERROR(FetchFromDevice(data, batch, landing, &fences));
     pool_.ParallelFor(n, [&](size_t i) {
-      auto r = EncodeChunk(codec, opts_.level, element_size, data + batch[i].first,
+      if (stream_ && !(errors[i] = stream_->Wait(fences[i])).ok()) return;
+      auto r = EncodeChunk(codec, opts_.level, element_size, src[i],
                            batch[i].second, scratch_[i].data(), scratch_[i].size());
       if (!r.ok()) {
         errors[i] = r.status();
@@ -306,13 +383,13 @@ Status CheckpointWriter::Impl::WriteBatch(const uint8_t* data,
       CKFMT_RETURN_IF_ERROR(errors[i]);
       // Chunks that do not shrink are stored raw: decoding them costs nothing.
       bool raw = stored[i] >= batch[i].second;
-      const uint8_t* src = raw ? data + batch[i].first : scratch_[i].data();
+      const uint8_t* from = raw ? src[i] : scratch_[i].data();
       size_t len = raw ? batch[i].second : stored[i];
       CKFMT_ASSIGN_OR_RETURN(auto space, out_->Reserve(len));
       if (raw) {
-        recs[i].checksum = CopyAndChecksum(space.data, src, len);
+        recs[i].checksum = CopyAndChecksum(space.data, from, len);
       } else {
-        std::memcpy(space.data, src, len);
+        std::memcpy(space.data, from, len);
       }
       recs[i] = {space.file_offset, len, batch[i].second, recs[i].checksum,
                  uint8_t(raw ? Codec::kNone : codec)};
@@ -370,6 +447,7 @@ Status CheckpointWriter::Impl::Commit() {
 void CheckpointWriter::Impl::Abort() {
   if (done_) return;
   done_ = true;
+  device_.reset();  // waits for device copies, unpins the slots before they go
   out_.reset();  // waits for queued writes
   (void)file_.Close();
   if (open_) ::unlink(tmp_path_.c_str());
@@ -397,8 +475,8 @@ Status CheckpointWriter::AddBytes(const KeyPath& p, const std::string& ct, const
   return impl_->Guard(impl_->AddBytes(p, ct, d, n));
 }
 Status CheckpointWriter::AddTensorPiece(const KeyPath& p, DType t, const Shape& s, const Region& r,
-                                        uint32_t rank, const void* d) {
-  return impl_->Guard(impl_->AddTensorPiece(p, t, s, r, rank, d));
+                                        uint32_t rank, const void* d, Device device) {
+  return impl_->Guard(impl_->AddTensorPiece(p, t, s, r, rank, d, device));
 }
 Status CheckpointWriter::AddSavedLayout(const KeyPath& p, ShardRecord shard) {
   return impl_->Guard(impl_->AddSavedLayout(p, std::move(shard)));

@@ -41,6 +41,9 @@ struct LoadOptions {
   // above apply inside the selection; the caller's entries outside it are
   // neither loaded nor reported missing.
   std::vector<KeyPath> prefixes;
+  // Where reconstructed tensors belong: the hint given to the allocator.
+  // With a CUDA device and no allocator, CudaAllocator() (ckfmt/cuda.h).
+  Device reconstruct_device;
   Allocator allocator;  // for reconstructed tensors; HostAllocator() if empty
 };
 
@@ -70,8 +73,8 @@ class CheckpointReader {
 
   // Reads `region` of the tensor or bytes entry at `path` into `dst`, which
   // receives the region's row-major stream. Reads only the chunks that
-  // overlap the region.
-  Status ReadRegion(const KeyPath& path, const Region& region, void* dst);
+  // overlap the region. `dst` is memory of `device` (CUDA: see cuda.h).
+  Status ReadRegion(const KeyPath& path, const Region& region, void* dst, Device device = {});
   // Reads the whole entry into a new tensor from `allocator` (host if empty).
   Result<Tensor> ReadTensor(const KeyPath& path, const Allocator& allocator = {});
 

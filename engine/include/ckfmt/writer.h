@@ -61,8 +61,12 @@ class CheckpointWriter {
   // (see region.h) and needs to stay valid only during the call. The first
   // piece of a path creates the entry; later ones must agree on dtype and
   // global shape. A whole tensor is one piece with Region::Whole(shape).
+  // Data on a CUDA `device` (see cuda.h) is copied device -> pinned staging
+  // slot and written from there. REQUIRES for device data: the caller's
+  // own stream work that writes it has completed.
   Status AddTensorPiece(const KeyPath& path, DType dtype, const Shape& global_shape,
-                        const Region& region, uint32_t rank, const void* data);
+                        const Region& region, uint32_t rank, const void* data,
+                        Device device = {});
   // Records where `path`'s data lived at save time (informational).
   Status AddSavedLayout(const KeyPath& path, ShardRecord shard);
   // Marks `path` as partial: its pieces need not cover the whole tensor.
@@ -82,9 +86,9 @@ class CheckpointWriter {
   std::unique_ptr<Impl> impl_;
 };
 
-// Saves `state_dict` (REQUIRES: a dict) to `path` atomically. Tensors must
-// be host tensors; sharded tensors are stored as pieces of their global
-// tensor. Returns the statistics of the write.
+// Saves `state_dict` (REQUIRES: a dict) to `path` atomically. Tensors may
+// be on the host or, in a CUDA build, on a GPU; sharded tensors are stored
+// as pieces of their global tensor. Returns the statistics of the write.
 Result<WriteStats> Save(const std::string& path, const Value& state_dict,
                         const SaveOptions& options = {});
 

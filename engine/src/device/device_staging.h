@@ -19,6 +19,7 @@ class DeviceStaging {
   static Result<std::unique_ptr<DeviceStaging>> For(Device device);
   ~DeviceStaging();
 
+  DeviceOps* ops() const { return ops_; }
   // The stream of `device`, created on first use. REQUIRES: `device` uses
   // the same backend as the one given to For().
   Result<DeviceStream*> Stream(Device device);

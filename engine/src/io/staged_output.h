@@ -40,6 +40,8 @@ class StagedOutput {
   Status Finish();
 
   uint64_t position() const { return slot_offset_ + fill_; }
+  // The staging buffers (the writer pins them for device copies).
+  const std::vector<AlignedBuffer>& slots() const { return slots_; }
   std::string io_name() const { return io_->name(); }
 
  private:

@@ -1,0 +1,37 @@
+// Helpers for GPU-tensor tests on the simulated device backend: moving
+// state dicts between host and (simulated) device memory, and a fixture
+// that installs the backend and checks it was used cleanly.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "ckfmt/state_dict.h"
+#include "device/simulated_device_ops.h"
+
+namespace ckfmt_test {
+
+// A copy of `t` in device memory of `ops` on cuda:`device` (shard kept).
+ckfmt::Tensor ToDevice(ckfmt::SimulatedDeviceOps& ops, const ckfmt::Tensor& t, int device);
+// A host copy of a device tensor (shard kept); host tensors are copied too.
+ckfmt::Tensor ToHost(ckfmt::SimulatedDeviceOps& ops, const ckfmt::Tensor& t);
+// `v` with every tensor replaced by ToDevice / ToHost of it.
+ckfmt::Value ToDevice(ckfmt::SimulatedDeviceOps& ops, const ckfmt::Value& v, int device);
+ckfmt::Value ToHost(ckfmt::SimulatedDeviceOps& ops, const ckfmt::Value& v);
+// Number of tensors in `v` on a CUDA device / in total.
+size_t CountDeviceTensors(const ckfmt::Value& v);
+
+// Installs a SimulatedDeviceOps for kCUDA for the test's duration; at the
+// end checks that nothing stayed pinned and nothing was misused.
+class SimulatedDeviceTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+  ckfmt::SimulatedDeviceOps& ops() { return *ops_; }
+
+ private:
+  std::unique_ptr<ckfmt::SimulatedDeviceOps> ops_;
+};
+
+}  // namespace ckfmt_test
