@@ -2,6 +2,8 @@
 // file is reported ("no byte goes unchecked", spec §8.1).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "ckfmt/file_layout.h"
 #include "ckfmt/reader.h"
 #include "ckfmt/verify.h"
@@ -217,6 +219,138 @@ TEST(VerifyEveryByteTest, LargerFileSample) {
   }
   EXPECT_TRUE(missed.empty()) << missed.size() << " of " << positions.size()
                               << " changes unnoticed, first at " << (missed.empty() ? 0 : missed[0]);
+}
+
+// Many chunks per codec, for the parallel pass: a compressible tensor and a
+// random one, each split into 8 KiB chunks, with padding after most.
+std::string WriteManyChunkFile(const std::string& path, Codec codec, uint64_t chunk_size) {
+  Tensor t = Tensor::Zeros(DType::kF32, {48 * 1024});
+  auto* f = static_cast<float*>(t.data());
+  for (int i = 0; i < 48 * 1024; ++i) f[i] = float(i % 29) * 0.25f;
+  Dict d;
+  d.Set("w", t);
+  d.Set("r", RandomTensor(DType::kF32, {40 * 1024}, 5));
+  SaveOptions o = SmallSaveOptions(codec);
+  o.chunk_size = chunk_size;
+  EXPECT_TRUE(ckfmt::Save(path, Value(std::move(d)), o).ok());
+  return path;
+}
+
+std::vector<ChunkRecord> ChunksOf(const std::string& path, const KeyPath& key) {
+  auto rd = CheckpointReader::Open(path);
+  EXPECT_TRUE(rd.ok());
+  return rd.ok() ? (*rd)->Find(key)->pieces[0].chunks : std::vector<ChunkRecord>{};
+}
+
+// The report as one string per problem, for exact comparisons.
+std::vector<std::string> ProblemList(const std::string& path, unsigned threads,
+                                     uint64_t block_size = 0, uint64_t staging_bytes = 0) {
+  VerifyOptions vo;
+  vo.io.threads = threads;
+  if (block_size) vo.io.block_size = block_size;
+  if (staging_bytes) vo.io.staging_bytes = staging_bytes;
+  auto r = VerifyFile(path, vo);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  std::vector<std::string> out;
+  if (!r.ok()) return out;
+  EXPECT_EQ(r->bytes_checked, r->file_size);
+  for (const auto& p : r->problems) {
+    out.push_back(std::to_string(int(p.code)) + " | " + p.where + " | " + p.message);
+  }
+  return out;
+}
+
+std::string ChunkWhere(const ChunkRecord& c, const std::string& key) {
+  return "chunk @ " + std::to_string(c.offset) + " (" + FormatKeyPath({key}) + ")";
+}
+
+TEST(VerifyParallelTest, OneCorruptChunkAmongManyIsTheOnlyProblem) {
+  for (Codec codec : {Codec::kNone, Codec::kZstd, Codec::kBytePlaneZstd}) {
+    SCOPED_TRACE(std::string(CodecName(uint8_t(codec))));
+    ScopedTempDir dir;
+    const std::string path = WriteManyChunkFile(dir.File("m.ckfmt"), codec, 8 << 10);
+    for (const char* key : {"w", "r"}) {
+      std::vector<ChunkRecord> chunks = ChunksOf(path, {key});
+      ASSERT_GE(chunks.size(), 20u);
+      const ChunkRecord& bad = chunks[chunks.size() / 2];
+      XorByte(path, bad.offset + bad.stored_size / 2, 0x04);
+      for (unsigned threads : {1u, 4u}) {
+        std::vector<std::string> got = ProblemList(path, threads);
+        ASSERT_EQ(got.size(), 1u) << threads << " threads";
+        EXPECT_EQ(got[0].rfind(std::to_string(int(StatusCode::kCorruption)) + " | " +
+                                   ChunkWhere(bad, key) + " | checksum mismatch",
+                               0),
+                  0u)
+            << got[0];
+      }
+      XorByte(path, bad.offset + bad.stored_size / 2, 0x04);
+      EXPECT_TRUE(ProblemList(path, 4).empty());
+    }
+  }
+}
+
+// Chunks of 64 KiB against 4 KiB I/O blocks: with little staging each chunk
+// is read on its own; with the default staging the slots grow to hold one.
+TEST(VerifyParallelTest, ChunksLargerThanTheStagingBlock) {
+  for (Codec codec : {Codec::kNone, Codec::kZstd, Codec::kBytePlaneZstd}) {
+    SCOPED_TRACE(std::string(CodecName(uint8_t(codec))));
+    ScopedTempDir dir;
+    const std::string path = WriteManyChunkFile(dir.File("b.ckfmt"), codec, 64 << 10);
+    std::vector<ChunkRecord> chunks = ChunksOf(path, {"r"});
+    ASSERT_GE(chunks.size(), 3u);
+    for (unsigned threads : {1u, 4u}) {
+      EXPECT_TRUE(ProblemList(path, threads, 4096, 8192).empty());
+      EXPECT_TRUE(ProblemList(path, threads, 4096).empty());
+    }
+    XorByte(path, chunks[1].offset + 100, 0x01);
+    std::vector<std::string> expected = ProblemList(path, 1);
+    ASSERT_EQ(expected.size(), 1u);
+    EXPECT_NE(expected[0].find(ChunkWhere(chunks[1], "r")), std::string::npos) << expected[0];
+    for (unsigned threads : {1u, 4u}) {
+      EXPECT_EQ(ProblemList(path, threads, 4096, 8192), expected) << threads << " threads";
+      EXPECT_EQ(ProblemList(path, threads, 4096), expected) << threads << " threads";
+    }
+  }
+}
+
+// Damage in chunks and in padding all over a file: every thread count and
+// block size gives the same problems, in file order, one per bad gap.
+TEST(VerifyParallelTest, SameReportForAnyThreadsAndBlocks) {
+  for (Codec codec : {Codec::kZstd, Codec::kBytePlaneZstd}) {
+    SCOPED_TRACE(std::string(CodecName(uint8_t(codec))));
+    ScopedTempDir dir;
+    const std::string path = WriteManyChunkFile(dir.File("s.ckfmt"), codec, 8 << 10);
+    std::vector<ChunkRecord> chunks = ChunksOf(path, {"w"});
+    for (const ChunkRecord& c : ChunksOf(path, {"r"})) chunks.push_back(c);
+    std::sort(chunks.begin(), chunks.end(),
+              [](const ChunkRecord& a, const ChunkRecord& b) { return a.offset < b.offset; });
+    size_t gaps = 0, damaged = 0;
+    for (size_t i = 0; i < chunks.size(); i += 3) {
+      const ChunkRecord& c = chunks[i];
+      XorByte(path, c.offset + c.stored_size - 1, 0x10);
+      ++damaged;
+      // Two bad bytes in one gap are one problem.
+      if (AlignUp(c.offset + c.stored_size) - (c.offset + c.stored_size) >= 2 && i % 2 == 0) {
+        XorByte(path, c.offset + c.stored_size, 0x01);
+        XorByte(path, AlignUp(c.offset + c.stored_size) - 1, 0x01);
+        ++gaps;
+      }
+    }
+    ASSERT_GT(gaps, 2u);
+    std::vector<std::string> expected = ProblemList(path, 1);
+    ASSERT_EQ(expected.size(), damaged + gaps);
+    uint64_t last = 0;
+    for (const std::string& p : expected) {
+      uint64_t at = std::stoull(p.substr(p.find('@') + 2));
+      EXPECT_GT(at, last) << "problems out of file order: " << p;
+      last = at;
+    }
+    for (unsigned threads : {1u, 2u, 4u}) {
+      EXPECT_EQ(ProblemList(path, threads), expected) << threads << " threads";
+      EXPECT_EQ(ProblemList(path, threads, 16 << 10, 64 << 10), expected) << threads;
+      EXPECT_EQ(ProblemList(path, threads, 4096, 8192), expected) << threads;
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,88 @@
+// The checks run in two steps: a fast one-shot pass that only says "fine",
+// and, for a chunk that is not, the streaming pass whose wording the verify
+// report has always used (it decides which problem a bad chunk shows).
+#include "verify_chunk.h"
+
+#define ZSTD_STATIC_LINKING_ONLY  // ZSTD_getFrameHeader
+#include <zstd.h>
+
+#include <cstdio>
+
+#include "ckfmt/checksum.h"
+#include "ckfmt/codec.h"
+
+namespace ckfmt {
+namespace {
+
+// The streaming decoder refuses larger windows (ZSTD_WINDOWLOG_LIMIT_DEFAULT);
+// the one-shot decoder does not check, so the fast pass must.
+constexpr uint64_t kMaxStreamWindow = 1ull << 27;
+
+}  // namespace
+
+ChunkChecker::ChunkChecker() : dctx_(ZSTD_createDCtx()) {}
+ChunkChecker::~ChunkChecker() { ZSTD_freeDCtx(dctx_); }
+
+std::string ChunkChecker::Check(const ChunkRecord& c, const uint8_t* stored) {
+  return Fine(c, stored) ? std::string() : Explain(c, stored);
+}
+
+// True only when Explain would find nothing.
+bool ChunkChecker::Fine(const ChunkRecord& c, const uint8_t* stored) {
+  if (Checksum(stored, c.stored_size) != c.checksum || !IsKnownCodec(c.codec)) return false;
+  if (c.codec == uint8_t(Codec::kNone)) return true;
+  raw_.resize(c.raw_size);
+  if (c.codec == uint8_t(Codec::kBytePlaneZstd)) {
+    return DecodeChunk(c.codec, stored, c.stored_size, raw_.data(), raw_.size()).ok();
+  }
+  // zstd: exactly one regular frame, nothing after it, a window the
+  // streaming decoder accepts, decoding to exactly raw_size bytes.
+  ZSTD_frameHeader fh;
+  if (ZSTD_getFrameHeader(&fh, stored, c.stored_size) != 0 || fh.frameType != ZSTD_frame ||
+      fh.windowSize > kMaxStreamWindow ||
+      ZSTD_findFrameCompressedSize(stored, c.stored_size) != c.stored_size) {
+    return false;
+  }
+  size_t n = ZSTD_decompressDCtx(dctx_, raw_.data(), raw_.size(), stored, c.stored_size);
+  return !ZSTD_isError(n) && n == c.raw_size;
+}
+
+// The problem of a chunk that is not Fine, worded as a stream of its bytes
+// would find it.
+std::string ChunkChecker::Explain(const ChunkRecord& c, const uint8_t* stored) {
+  uint64_t sum = Checksum(stored, c.stored_size);
+  if (sum != c.checksum) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "checksum mismatch (expected %016llx, computed %016llx)",
+                  (unsigned long long)c.checksum, (unsigned long long)sum);
+    return buf;
+  }
+  if (!IsKnownCodec(c.codec)) return "unknown codec id " + std::to_string(c.codec);
+  if (c.codec == uint8_t(Codec::kBytePlaneZstd)) {
+    raw_.resize(c.raw_size);
+    Status s = DecodeChunk(c.codec, stored, c.stored_size, raw_.data(), raw_.size());
+    return s.ok() ? "" : s.message();
+  }
+  if (c.codec != uint8_t(Codec::kZstd)) return "";
+  sink_.resize(128 << 10);
+  ZSTD_DCtx_reset(dctx_, ZSTD_reset_session_only);
+  ZSTD_inBuffer in{stored, c.stored_size, 0};
+  uint64_t decoded = 0;
+  bool frame_done = false;
+  while (in.pos < in.size) {
+    if (frame_done) return "bytes follow the end of the zstd frame";
+    ZSTD_outBuffer out{sink_.data(), sink_.size(), 0};
+    size_t rc = ZSTD_decompressStream(dctx_, &out, &in);
+    if (ZSTD_isError(rc)) return std::string("zstd: ") + ZSTD_getErrorName(rc);
+    decoded += out.pos;
+    if (rc == 0) frame_done = true;
+    if (decoded > c.raw_size) return "decodes to more than its raw size";
+  }
+  if (!frame_done || decoded != c.raw_size) {
+    return "zstd frame decodes to " + std::to_string(decoded) + " bytes, expected " +
+           std::to_string(c.raw_size);
+  }
+  return "";
+}
+
+}  // namespace ckfmt
