@@ -45,6 +45,7 @@ Result<WriteStats> Save(const std::string& path, const Value& state_dict,
                                    ValueKindName(state_dict.kind()));
   }
   CKFMT_ASSIGN_OR_RETURN(auto writer, CheckpointWriter::Create(path, options));
+  writer->DeferHostReads();  // the state dict outlives the writer
   Status status;
   VisitValues(state_dict, [&](const KeyPath& p, const Value& v) {
     if (status.ok()) status = AddValue(*writer, path, p, v);

@@ -34,6 +34,11 @@ class CheckpointWriter::Impl {
                         uint32_t rank, const void* data, Device device);
   Status AddSavedLayout(const KeyPath& path, ShardRecord shard);
   Status MarkPartial(const KeyPath& path);
+  void DeferHostReads() { defer_host_reads_ = true; }
+  Status Flush() {
+    CKFMT_RETURN_IF_ERROR(CheckUsable());
+    return FlushChunks();
+  }
   Status Commit();
   // Records the first error of any call; later calls and Commit() refuse.
   Status Guard(Status s);
@@ -45,17 +50,27 @@ class CheckpointWriter::Impl {
   Result<EntryRecord*> FindTensor(const KeyPath& path);
   Result<EntryRecord*> NewEntry(const KeyPath& path, EntryKind kind);
   // Streams `size` bytes as chunks of `chunk_raw` bytes into `piece`.
-  Status WriteChunks(const uint8_t* data, uint64_t size, uint64_t chunk_raw, size_t element_size,
-                     PieceRecord* piece);
-  Status WriteBatch(const uint8_t* data, const std::vector<std::pair<uint64_t, uint64_t>>& batch,
-                    size_t element_size, PieceRecord* piece);
+  // One chunk to write: its raw bytes and the piece it belongs to.
+  struct ChunkJob {
+    const uint8_t* src;
+    uint64_t size;
+    size_t element_size;
+    size_t entry, piece;  // index_.entries[entry].pieces[piece]
+  };
+  // Appends `piece` to entry `entry` and queues its data as chunks of
+  // `chunk_raw` bytes; writes every full batch, and the rest too unless
+  // host reads are deferred.
+  Status AddPieceData(size_t entry, PieceRecord piece, const uint8_t* data, uint64_t size,
+                      uint64_t chunk_raw, size_t element_size);
+  // Writes every queued chunk.
+  Status FlushChunks();
+  Status WriteBatch(const std::vector<ChunkJob>& batch);
   // The stream for data on `device`, setting up device staging first.
   Result<DeviceStream*> DeviceStreamFor(Device device);
   // Enqueues device -> host copies of the batch's chunks into dst[i] (pinned)
   // and a fence after each; on failure, waits until nothing is in flight.
-  Status FetchFromDevice(const uint8_t* data,
-                         const std::vector<std::pair<uint64_t, uint64_t>>& batch,
-                         const std::vector<uint8_t*>& dst, std::vector<uint64_t>* fences);
+  Status FetchFromDevice(const std::vector<ChunkJob>& batch, const std::vector<uint8_t*>& dst,
+                         std::vector<uint64_t>* fences);
 
   std::string path_, tmp_path_;
   SaveOptions opts_;
@@ -68,6 +83,11 @@ class CheckpointWriter::Impl {
   // the stream of the piece being written, nullptr for host data.
   std::unique_ptr<DeviceStaging> device_;
   DeviceStream* stream_ = nullptr;
+  // Host chunks not yet written. With deferred reads they accumulate across
+  // calls, so a state of many small tensors still fills every batch (and
+  // every core) instead of writing one chunk per tensor.
+  std::vector<ChunkJob> queued_;
+  bool defer_host_reads_ = false;
   IndexRecord index_;
   std::map<KeyPath, size_t> entry_pos_;
   WriteStats stats_;
@@ -191,12 +211,9 @@ Status CheckpointWriter::Impl::AddBytes(const KeyPath& path, const std::string& 
   e->content_type = content_type;
   e->dtype = DType::kU8;
   e->shape = {size};
-  size_t pos = entry_pos_[path];
-  PieceRecord piece{0, Region::Whole(e->shape), {}};
-  CKFMT_RETURN_IF_ERROR(WriteChunks(static_cast<const uint8_t*>(data), size,
-                                    std::min(opts_.chunk_size, kMaxChunkRawSize), 1, &piece));
-  index_.entries[pos].pieces.push_back(std::move(piece));
-  return Status::OK();
+  return AddPieceData(entry_pos_[path], PieceRecord{0, Region::Whole(e->shape), {}},
+                      static_cast<const uint8_t*>(data), size,
+                      std::min(opts_.chunk_size, kMaxChunkRawSize), 1);
 }
 
 Status CheckpointWriter::Impl::AddTensorPiece(const KeyPath& path, DType dtype, const Shape& shape,
@@ -254,13 +271,14 @@ Status CheckpointWriter::Impl::AddTensorPiece(const KeyPath& path, DType dtype, 
     CKFMT_RETURN_IF_ERROR(stream ? device_->ForEachHostPiece(device, data, region.NumElements(), check)
                                  : check(static_cast<const uint8_t*>(data), region.NumElements(), 0));
   }
-  PieceRecord piece{rank, region, {}};
+  if (stream) CKFMT_RETURN_IF_ERROR(FlushChunks());  // device batches stay per piece
   stream_ = stream;
-  Status written = WriteChunks(static_cast<const uint8_t*>(data), region.NumElements() * esize,
-                               chunk_raw, esize, &piece);
+  Status written = AddPieceData(pos, PieceRecord{rank, region, {}},
+                                static_cast<const uint8_t*>(data), region.NumElements() * esize,
+                                chunk_raw, esize);
+  if (stream && written.ok()) written = FlushChunks();
   stream_ = nullptr;
   if (!written.ok()) return stream ? written.WithContext(where + " on " + DeviceName(device)) : written;
-  index_.entries[pos].pieces.push_back(std::move(piece));
   return Status::OK();
 }
 
@@ -283,12 +301,12 @@ Result<DeviceStream*> CheckpointWriter::Impl::DeviceStreamFor(Device device) {
   return device_->Stream(device);
 }
 
-Status CheckpointWriter::Impl::FetchFromDevice(
-    const uint8_t* data, const std::vector<std::pair<uint64_t, uint64_t>>& batch,
-    const std::vector<uint8_t*>& dst, std::vector<uint64_t>* fences) {
+Status CheckpointWriter::Impl::FetchFromDevice(const std::vector<ChunkJob>& batch,
+                                               const std::vector<uint8_t*>& dst,
+                                               std::vector<uint64_t>* fences) {
   fences->resize(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
-    Status s = stream_->CopyToHost(dst[i], data + batch[i].first, batch[i].second);
+    Status s = stream_->CopyToHost(dst[i], batch[i].src, batch[i].size);
     auto fence = s.ok() ? stream_->Record() : Result<uint64_t>(s);
     if (!fence.ok()) {
       (void)stream_->Synchronize();  // nothing may still write into dst
@@ -299,30 +317,40 @@ Status CheckpointWriter::Impl::FetchFromDevice(
   return Status::OK();
 }
 
-Status CheckpointWriter::Impl::WriteChunks(const uint8_t* data, uint64_t size, uint64_t chunk_raw,
-                                           size_t element_size, PieceRecord* piece) {
-  std::vector<std::pair<uint64_t, uint64_t>> batch;  // (offset in data, raw size)
+Status CheckpointWriter::Impl::AddPieceData(size_t entry, PieceRecord piece,
+                                            const uint8_t* data, uint64_t size,
+                                            uint64_t chunk_raw, size_t element_size) {
+  std::vector<PieceRecord>& pieces = index_.entries[entry].pieces;
+  pieces.push_back(std::move(piece));
   for (uint64_t off = 0; off < size;) {
     uint64_t n = std::min(chunk_raw, size - off);
-    batch.emplace_back(off, n);
+    queued_.push_back({data + off, n, element_size, entry, pieces.size() - 1});
     off += n;
-    if (batch.size() == batch_max_ || off == size) {
-      CKFMT_RETURN_IF_ERROR(WriteBatch(data, batch, element_size, piece));
-      batch.clear();
+    if (queued_.size() == batch_max_) {
+      CKFMT_RETURN_IF_ERROR(WriteBatch(queued_));
+      queued_.clear();
     }
   }
-  return Status::OK();
+  return defer_host_reads_ && !stream_ ? Status::OK() : FlushChunks();
+}
+
+Status CheckpointWriter::Impl::FlushChunks() {
+  if (queued_.empty()) return Status::OK();
+  Status s = WriteBatch(queued_);
+  queued_.clear();
+  return s;
 }
 
 // Encodes and checksums a batch of chunks on the pool while earlier slots
 // are being written, then hands the filled slots to the I/O backend.
-Status CheckpointWriter::Impl::WriteBatch(const uint8_t* data,
-                                          const std::vector<std::pair<uint64_t, uint64_t>>& batch,
-                                          size_t element_size, PieceRecord* piece) {
+Status CheckpointWriter::Impl::WriteBatch(const std::vector<ChunkJob>& batch) {
   const size_t n = batch.size();
   // Byte planes of 1-byte elements are the bytes themselves.
-  const Codec codec = opts_.codec == Codec::kBytePlaneZstd && element_size == 1 ? Codec::kZstd
-                                                                                : opts_.codec;
+  auto codec_of = [&](size_t i) {
+    return opts_.codec == Codec::kBytePlaneZstd && batch[i].element_size == 1 ? Codec::kZstd
+                                                                              : opts_.codec;
+  };
+  const Codec codec = opts_.codec;
   std::vector<ChunkRecord> recs(n);
   std::vector<Status> errors(n);
   if (codec == Codec::kNone) {
@@ -330,29 +358,29 @@ Status CheckpointWriter::Impl::WriteBatch(const uint8_t* data,
     // checksum all of them in parallel.
     std::vector<uint8_t*> dst(n);
     for (size_t i = 0; i < n; ++i) {
-      CKFMT_ASSIGN_OR_RETURN(auto space, out_->Reserve(batch[i].second));
+      CKFMT_ASSIGN_OR_RETURN(auto space, out_->Reserve(batch[i].size));
       dst[i] = space.data;
-      recs[i] = {space.file_offset, batch[i].second, batch[i].second, 0, uint8_t(Codec::kNone)};
-      out_->Commit(batch[i].second);
+      recs[i] = {space.file_offset, batch[i].size, batch[i].size, 0, uint8_t(Codec::kNone)};
+      out_->Commit(batch[i].size);
     }
     if (stream_) {
       // Device data lands straight in its place in the pinned slots; each
       // chunk is checksummed as soon as its copy is done.
       std::vector<uint64_t> fences;
-      CKFMT_RETURN_IF_ERROR(FetchFromDevice(data, batch, dst, &fences));
+      CKFMT_RETURN_IF_ERROR(FetchFromDevice(batch, dst, &fences));
       pool_.ParallelFor(n, [&](size_t i) {
         errors[i] = stream_->Wait(fences[i]);
-        if (errors[i].ok()) recs[i].checksum = Checksum(dst[i], batch[i].second);
+        if (errors[i].ok()) recs[i].checksum = Checksum(dst[i], batch[i].size);
       });
       for (const Status& s : errors) CKFMT_RETURN_IF_ERROR(s);
     } else {
       pool_.ParallelFor(n, [&](size_t i) {
-        recs[i].checksum = CopyAndChecksum(dst[i], data + batch[i].first, batch[i].second);
+        recs[i].checksum = CopyAndChecksum(dst[i], batch[i].src, batch[i].size);
       });
     }
   } else {
     // Encoded sizes are known only afterwards: encode into scratch in
-    // parallel, then copy into place in order.
+    // parallel, then reserve places in order and copy into them.
     std::vector<size_t> stored(n);
     // The chunks' raw bytes: in place for host data, in pinned bounce
     // buffers for device data.
@@ -361,17 +389,17 @@ Status CheckpointWriter::Impl::WriteBatch(const uint8_t* data,
     std::vector<PinnedPool::Lease> bounce;
     std::vector<uint64_t> fences;
     for (size_t i = 0; i < n; ++i) {
-      src[i] = data + batch[i].first;
+      src[i] = batch[i].src;
       if (!stream_) continue;
       CKFMT_ASSIGN_OR_RETURN(PinnedPool::Lease lease, device_->Bounce());
       bounce.push_back(std::move(lease));
       src[i] = landing[i] = bounce.back().data();
     }
-    if (stream_) CKFMT_RETURN_IF_ERROR(FetchFromDevice(data, batch, landing, &fences));
+    if (stream_) CKFMT_RETURN_IF_ERROR(FetchFromDevice(batch, landing, &fences));
     pool_.ParallelFor(n, [&](size_t i) {
       if (stream_ && !(errors[i] = stream_->Wait(fences[i])).ok()) return;
-      auto r = EncodeChunk(codec, opts_.level, element_size, src[i],
-                           batch[i].second, scratch_[i].data(), scratch_[i].size());
+      auto r = EncodeChunk(codec_of(i), opts_.level, batch[i].element_size, src[i], batch[i].size,
+                           scratch_[i].data(), scratch_[i].size());
       if (!r.ok()) {
         errors[i] = r.status();
         return;
@@ -379,29 +407,34 @@ Status CheckpointWriter::Impl::WriteBatch(const uint8_t* data,
       stored[i] = *r;
       recs[i].checksum = Checksum(scratch_[i].data(), *r);
     });
+    // Places follow from the sizes, in order; the copies into them then run
+    // in parallel too, so no core idles while one thread copies.
+    std::vector<uint8_t*> place(n);
     for (size_t i = 0; i < n; ++i) {
       CKFMT_RETURN_IF_ERROR(errors[i]);
       // Chunks that do not shrink are stored raw: decoding them costs nothing.
-      bool raw = stored[i] >= batch[i].second;
-      const uint8_t* from = raw ? src[i] : scratch_[i].data();
-      size_t len = raw ? batch[i].second : stored[i];
+      bool raw = stored[i] >= batch[i].size;
+      size_t len = raw ? batch[i].size : stored[i];
       CKFMT_ASSIGN_OR_RETURN(auto space, out_->Reserve(len));
-      if (raw) {
-        recs[i].checksum = CopyAndChecksum(space.data, from, len);
-      } else {
-        std::memcpy(space.data, from, len);
-      }
-      recs[i] = {space.file_offset, len, batch[i].second, recs[i].checksum,
-                 uint8_t(raw ? Codec::kNone : codec)};
+      place[i] = space.data;
+      recs[i] = {space.file_offset, len, batch[i].size, recs[i].checksum,
+                 uint8_t(raw ? Codec::kNone : codec_of(i))};
       out_->Commit(len);
     }
+    pool_.ParallelFor(n, [&](size_t i) {
+      if (recs[i].codec == uint8_t(Codec::kNone)) {
+        recs[i].checksum = CopyAndChecksum(place[i], src[i], recs[i].stored_size);
+      } else {
+        std::memcpy(place[i], scratch_[i].data(), recs[i].stored_size);
+      }
+    });
   }
   CKFMT_RETURN_IF_ERROR(out_->SubmitReady());
-  for (const auto& r : recs) {
-    stats_.raw_bytes += r.raw_size;
-    stats_.stored_bytes += r.stored_size;
+  for (size_t i = 0; i < n; ++i) {
+    stats_.raw_bytes += recs[i].raw_size;
+    stats_.stored_bytes += recs[i].stored_size;
     ++stats_.chunks;
-    piece->chunks.push_back(r);
+    index_.entries[batch[i].entry].pieces[batch[i].piece].chunks.push_back(recs[i]);
   }
   return Status::OK();
 }
@@ -416,6 +449,7 @@ Status CheckpointWriter::Impl::Commit() {
     Abort();
     return s;
   };
+  if (Status s = FlushChunks(); !s.ok()) return fail(s);
   uint64_t index_offset = out_->position();
   if (Status s = ValidateIndex(index_, kHeaderSize, index_offset, tmp_path_); !s.ok()) {
     return fail(Status::InvalidArgument("refusing to commit " + path_ + ": " + s.message()));
@@ -481,6 +515,8 @@ Status CheckpointWriter::AddTensorPiece(const KeyPath& p, DType t, const Shape& 
 Status CheckpointWriter::AddSavedLayout(const KeyPath& p, ShardRecord shard) {
   return impl_->Guard(impl_->AddSavedLayout(p, std::move(shard)));
 }
+void CheckpointWriter::DeferHostReads() { impl_->DeferHostReads(); }
+Status CheckpointWriter::Flush() { return impl_->Guard(impl_->Flush()); }
 Status CheckpointWriter::MarkPartial(const KeyPath& p) {
   return impl_->Guard(impl_->MarkPartial(p));
 }

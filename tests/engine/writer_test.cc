@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
+#include <vector>
 
 #include "ckfmt/reader.h"
 #include "ckfmt/writer.h"
@@ -170,6 +172,62 @@ TEST_F(WriterTest, StreamingEntriesOfEveryKind) {
   EXPECT_TRUE(std::signbit(sd.Find({"f"})->as_float())) << "-0.0 lost its sign";
   EXPECT_EQ(sd.Find({"s"})->as_string(), std::string("\0x", 2));
   EXPECT_EQ(sd.Find({"e"})->as_bytes().data, "");
+}
+
+// Without DeferHostReads a caller may reuse its buffer as soon as a call
+// returns; with it, after Flush(). Either way the file holds what each
+// buffer held at the time the contract promised it.
+TEST_F(WriterTest, BufferReuseAfterCallOrFlush) {
+  for (bool defer : {false, true}) {
+    for (Codec codec : {Codec::kNone, Codec::kBytePlaneZstd}) {
+      const std::string path = dir.File("reuse.ckfmt");
+      auto w = CheckpointWriter::Create(path, SmallSaveOptions(codec));
+      CKFMT_ASSERT_OK(w);
+      if (defer) (*w)->DeferHostReads();
+      Tensor a = RandomTensor(DType::kF32, {300, 50}, 11);
+      Tensor b = RandomTensor(DType::kF32, {300, 50}, 12);
+      const auto a_bytes = TensorBytes(a);
+      std::vector<uint8_t> buf(a_bytes.begin(), a_bytes.end());
+      CKFMT_ASSERT_OK((*w)->AddTensorPiece({"a"}, DType::kF32, {300, 50},
+                                           Region::Whole({300, 50}), 0, buf.data()));
+      if (defer) CKFMT_ASSERT_OK((*w)->Flush());
+      std::memcpy(buf.data(), b.data(), buf.size());  // the buffer is reused
+      CKFMT_ASSERT_OK((*w)->AddTensorPiece({"b"}, DType::kF32, {300, 50},
+                                           Region::Whole({300, 50}), 0, buf.data()));
+      CKFMT_ASSERT_OK((*w)->Commit());
+      Value sd = Dict{};
+      CKFMT_ASSERT_OK(ckfmt::Load(path, &sd));
+      EXPECT_EQ(TensorBytes(sd.Find({"a"})->as_tensor()), TensorBytes(a)) << defer;
+      EXPECT_EQ(TensorBytes(sd.Find({"b"})->as_tensor()), TensorBytes(b)) << defer;
+    }
+  }
+}
+
+// Deferred chunks of many small tensors share batches; each piece still
+// lists its own chunks in stream order.
+TEST_F(WriterTest, DeferredSmallTensorsRoundTrip) {
+  for (Codec codec : {Codec::kNone, Codec::kZstd, Codec::kBytePlaneZstd}) {
+    const std::string path = dir.File("many.ckfmt");
+    Dict d;
+    for (int i = 0; i < 40; ++i) {
+      d.Set("t" + std::to_string(i), Value(RandomTensor(i % 2 ? DType::kBF16 : DType::kF32,
+                                                       {uint64_t(7 + 13 * i), 33}, 100 + i)));
+    }
+    Value v(std::move(d));
+    CKFMT_ASSERT_OK(Save(path, v, SmallSaveOptions(codec)));
+    Value loaded = Dict{};
+    CKFMT_ASSERT_OK(ckfmt::Load(path, &loaded));
+    EXPECT_TRUE(ValuesBitwiseEqual(v, loaded)) << CodecName(uint8_t(codec));
+    auto r = CheckpointReader::Open(path);
+    CKFMT_ASSERT_OK(r);
+    for (const EntryRecord& e : (*r)->index().entries) {
+      for (const PieceRecord& p : e.pieces) {
+        uint64_t raw = 0;
+        for (const ChunkRecord& c : p.chunks) raw += c.raw_size;
+        EXPECT_EQ(raw, p.region.NumElements() * DTypeSize(e.dtype)) << FormatKeyPath(e.path);
+      }
+    }
+  }
 }
 
 // Writer rules of spec §6.7 that a writer must enforce on what it is given.

@@ -67,6 +67,14 @@ class CheckpointWriter {
   Status AddTensorPiece(const KeyPath& path, DType dtype, const Shape& global_shape,
                         const Region& region, uint32_t rank, const void* data,
                         Device device = {});
+  // From now on, host data given to AddBytes/AddTensorPiece may be read
+  // until the next Flush() or Commit() instead of during the call, so chunks
+  // of many small tensors are encoded and checksummed in parallel. An error
+  // in such data's write surfaces at a later call or at Commit().
+  // REQUIRES: that data stays valid and unchanged until then.
+  void DeferHostReads();
+  // Writes all deferred data; afterwards the caller may reuse its buffers.
+  Status Flush();
   // Records where `path`'s data lived at save time (informational).
   Status AddSavedLayout(const KeyPath& path, ShardRecord shard);
   // Marks `path` as partial: its pieces need not cover the whole tensor.
