@@ -286,17 +286,24 @@ Status ReadSession::Read(const std::vector<ReadTarget>& targets, ThreadPool& poo
   std::vector<AlignedBuffer>& slots = slots_;
   BlockIo* io = io_.get();
   std::vector<Request> reqs = GroupRequests(tasks, block);
-  auto process = [&](const Request& r, const uint8_t* buf) {
-    std::vector<Status> errs(r.tasks.size());
-    pool.ParallelFor(r.tasks.size(), [&](size_t i) {
-      const ChunkTask& t = *r.tasks[i];
-      errs[i] = ProcessChunk(file, t, buf + (t.chunk->offset - r.begin), options.verify_checksums,
+  // Verifies, decodes and scatters the chunks of several requests whose
+  // bytes are in memory, all on the pool at once: a slot usually holds a
+  // single chunk, so one request at a time would decode on one core.
+  auto process_all = [&](const std::vector<std::pair<const Request*, const uint8_t*>>& done) {
+    std::vector<std::pair<const ChunkTask*, const uint8_t*>> work;
+    for (const auto& [r, buf] : done) {
+      for (const ChunkTask* t : r->tasks) work.emplace_back(t, buf + (t->chunk->offset - r->begin));
+    }
+    std::vector<Status> errs(work.size());
+    pool.ParallelFor(work.size(), [&](size_t i) {
+      errs[i] = ProcessChunk(file, *work[i].first, work[i].second, options.verify_checksums,
                              device_.get());
     });
     for (Status& s : errs) CKFMT_RETURN_IF_ERROR(s);
-    *bytes_read += r.end - r.begin;
+    for (const auto& [r, buf] : done) *bytes_read += r->end - r->begin;
     return Status::OK();
   };
+  auto process = [&](const Request& r, const uint8_t* buf) { return process_all({{&r, buf}}); };
 
   std::vector<size_t> slot_req(slots.size());
   std::vector<int> free;
@@ -323,10 +330,21 @@ Status ReadSession::Read(const std::vector<ReadTarget>& targets, ThreadPool& poo
       ++next;
     }
     if (!status.ok() || io->in_flight() == 0) continue;
-    BlockIo::Completion c = io->Wait();
-    status = c.status;
-    if (status.ok()) status = process(reqs[slot_req[c.slot]], slots[c.slot].data());
-    if (c.slot >= 0) free.push_back(c.slot);
+    // One finished read, plus any others already finished (up to one per
+    // worker), processed together.
+    std::vector<BlockIo::Completion> finished{io->Wait()};
+    while (finished.size() < pool.size() && io->in_flight() > 0 && io->Ready()) {
+      finished.push_back(io->Wait());
+    }
+    std::vector<std::pair<const Request*, const uint8_t*>> done;
+    for (const BlockIo::Completion& c : finished) {
+      if (!c.status.ok() && status.ok()) status = c.status;
+      if (c.status.ok()) done.emplace_back(&reqs[slot_req[c.slot]], slots[c.slot].data());
+    }
+    if (status.ok()) status = process_all(done);
+    for (const BlockIo::Completion& c : finished) {
+      if (c.slot >= 0) free.push_back(c.slot);
+    }
   }
   while (io->in_flight() > 0) (void)io->Wait();
   return status;

@@ -32,6 +32,9 @@ class BlockIo {
   virtual Status SubmitRead(int slot, uint64_t offset, size_t len) = 0;
   // Blocks until one queued transfer finishes. REQUIRES: in_flight() > 0.
   virtual Completion Wait() = 0;
+  // True if a transfer has finished, so Wait() would not block (barring a
+  // short transfer it has to requeue).
+  virtual bool Ready() = 0;
   virtual size_t in_flight() const = 0;
   // E.g. "io_uring+O_DIRECT", "io_uring", "pread".
   virtual std::string name() const = 0;

@@ -23,6 +23,7 @@ class PreadIo final : public BlockIo {
     done_.pop_front();
     return c;
   }
+  bool Ready() override { return !done_.empty(); }
   size_t in_flight() const override { return done_.size(); }
   std::string name() const override { return file_.direct() ? "pread+O_DIRECT" : "pread"; }
 

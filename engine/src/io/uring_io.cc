@@ -76,6 +76,7 @@ class UringIo final : public BlockIo {
     }
   }
 
+  bool Ready() override { return io_uring_cq_ready(&ring_) > 0; }
   size_t in_flight() const override { return in_flight_; }
   std::string name() const override {
     std::string n = "io_uring";
