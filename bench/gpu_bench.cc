@@ -12,7 +12,6 @@
 //   ckfmt-bench-gpu [--dir DIR] [--size-mib N] [--runs R] [--device D]
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
-#include <liburing.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,8 +26,12 @@
 #include "ckfmt/cuda.h"
 #include "ckfmt/reader.h"
 #include "ckfmt/writer.h"
+#include "measure.h"
 
 namespace {
+
+using ckfmt::bench::DropCache;
+using ckfmt::bench::RawIo;
 
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t) {
@@ -49,69 +52,6 @@ void Check(const ckfmt::Status& s, const char* what) {
   if (s.ok()) return;
   std::fprintf(stderr, "gpu_bench: %s: %s\n", what, s.ToString().c_str());
   std::exit(1);
-}
-
-void DropCache(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return;
-  ::fdatasync(fd);
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  ::close(fd);
-}
-
-// Seconds to move `bytes` (a multiple of 4 MiB) with io_uring O_DIRECT.
-double RawTransfer(const std::string& path, uint64_t bytes, bool write) {
-  constexpr size_t kBlock = 4u << 20;
-  constexpr unsigned kDepth = 8;
-  std::vector<void*> bufs;
-  for (unsigned i = 0; i < kDepth; ++i) {
-    void* p = std::aligned_alloc(4096, kBlock);
-    std::memset(p, 0x5a + i, kBlock);
-    bufs.push_back(p);
-  }
-  int fd = ::open(path.c_str(), (write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY) | O_DIRECT, 0644);
-  if (fd < 0) {
-    std::perror(("gpu_bench: open " + path).c_str());
-    std::exit(1);
-  }
-  io_uring ring;
-  if (io_uring_queue_init(kDepth, &ring, 0) < 0) {
-    std::fprintf(stderr, "gpu_bench: io_uring_queue_init failed\n");
-    std::exit(1);
-  }
-  auto t = Clock::now();
-  uint64_t n = bytes / kBlock, submitted = 0, done = 0;
-  std::vector<unsigned> free_slots;
-  for (unsigned i = 0; i < kDepth; ++i) free_slots.push_back(i);
-  while (done < n) {
-    while (submitted < n && !free_slots.empty()) {
-      unsigned slot = free_slots.back();
-      free_slots.pop_back();
-      io_uring_sqe* sqe = io_uring_get_sqe(&ring);
-      if (write) {
-        io_uring_prep_write(sqe, fd, bufs[slot], kBlock, submitted * kBlock);
-      } else {
-        io_uring_prep_read(sqe, fd, bufs[slot], kBlock, submitted * kBlock);
-      }
-      io_uring_sqe_set_data64(sqe, slot);
-      ++submitted;
-    }
-    io_uring_submit(&ring);
-    io_uring_cqe* cqe;
-    if (io_uring_wait_cqe(&ring, &cqe) < 0 || cqe->res != int(kBlock)) {
-      std::fprintf(stderr, "gpu_bench: raw %s failed\n", write ? "write" : "read");
-      std::exit(1);
-    }
-    free_slots.push_back(unsigned(io_uring_cqe_get_data64(cqe)));
-    io_uring_cqe_seen(&ring, cqe);
-    ++done;
-  }
-  if (write) ::fsync(fd);
-  double s = Since(t);
-  io_uring_queue_exit(&ring);
-  ::close(fd);
-  for (void* p : bufs) std::free(p);
-  return s;
 }
 
 }  // namespace
@@ -202,11 +142,12 @@ int main(int argc, char** argv) {
   const std::string raw_path = dir + "/gpu_bench.raw";
   const std::string path = dir + "/gpu_bench.ckfmt";
   std::vector<double> raw_w, raw_r, save, load, blocked, blocked_ratio;
+  RawIo rawio;
   const double d2h_s = bytes / kGiB / Median(d2h);
   for (int r = 0; r < runs; ++r) {
-    raw_w.push_back(bytes / kGiB / RawTransfer(raw_path, bytes, true));
+    raw_w.push_back(bytes / kGiB / ckfmt::bench::RawTransfer(raw_path, bytes, true, rawio));
     DropCache(raw_path);
-    raw_r.push_back(bytes / kGiB / RawTransfer(raw_path, bytes, false));
+    raw_r.push_back(bytes / kGiB / ckfmt::bench::RawTransfer(raw_path, bytes, false, rawio));
     ::unlink(raw_path.c_str());
 
     ::unlink(path.c_str());
