@@ -488,27 +488,20 @@ int main(int argc, char** argv) {
     so.codec = cr.codec;
     so.level = 1;
     so.io = args.io;
-    const double rss0 = CurrentRssMiB();
-    const bool hwm = ResetPeakRss();
-    const double c0 = CpuSeconds();
-    const long d0 = DiskBusyMs(args.dir);
-    const auto t0 = Clock::now();
+    OpMeter meter(args.dir);
     auto r = ckfmt::Save(path, state, so);
-    const auto t1 = Clock::now();
-    s.Busy(d0, DiskBusyMs(args.dir), Seconds(t0, t1));
-    s.cores.push_back((CpuSeconds() - c0) / Seconds(t0, t1));
-    if (hwm) s.Rss(rss0);
+    const double secs = meter.Stop(s);
     if (!r.ok()) Die("Save " + path + ": " + r.status().ToString());
     if (r->raw_bytes != logical) {
       std::fprintf(stderr, "note: WriteStats.raw_bytes %llu != logical bytes %llu\n",
                    (unsigned long long)r->raw_bytes, (unsigned long long)logical);
     }
-    s.gibs.push_back(double(logical) / kGiB / Seconds(t0, t1));
+    s.gibs.push_back(double(logical) / kGiB / secs);
     cr.ratio = double(r->raw_bytes) / double(r->stored_bytes);
     cr.file_bytes = r->file_bytes;
     io_path = r->io_path;
     std::printf("  run %d: %-36s %6.3f GiB/s  (%.2f s, file %.0f MiB, %s)\n", run, s.name.c_str(),
-                s.gibs.back(), Seconds(t0, t1), double(r->file_bytes) / kMiB, r->io_path.c_str());
+                s.gibs.back(), secs, double(r->file_bytes) / kMiB, r->io_path.c_str());
   };
   auto do_load = [&](const std::string& path, Series& s, int run) {
     Poison(L, &into_bufs);
@@ -516,25 +509,18 @@ int main(int argc, char** argv) {
     into_bufs.dataloader = "{}";
     ckfmt::Value into = MakeStateDict(L, into_bufs, 0);
     DropCache(path);
-    const double rss0 = CurrentRssMiB();
-    const bool hwm = ResetPeakRss();
-    const double c0 = CpuSeconds();
-    const long d0 = DiskBusyMs(args.dir);
-    const auto t0 = Clock::now();
+    OpMeter meter(args.dir);
     ckfmt::ReadOptions ro;
     ro.io = args.io;
     auto reader = ckfmt::CheckpointReader::Open(path, ro);
     if (!reader.ok()) Die("Open " + path + ": " + reader.status().ToString());
     const auto t_open = Clock::now();
     auto rep = (*reader)->Load(&into);
-    const auto t1 = Clock::now();
-    s.Busy(d0, DiskBusyMs(args.dir), Seconds(t0, t1));
-    s.cores.push_back((CpuSeconds() - c0) / Seconds(t0, t1));
-    if (hwm) s.Rss(rss0);
+    const double secs = meter.Stop(s);
     if (!rep.ok()) Die("Load " + path + ": " + rep.status().ToString());
     reader->reset();
-    open_ms.push_back(Seconds(t0, t_open) * 1e3);
-    s.gibs.push_back(double(logical) / kGiB / Seconds(t0, t1));
+    open_ms.push_back(Seconds(meter.start(), t_open) * 1e3);
+    s.gibs.push_back(double(logical) / kGiB / secs);
     if (!rep->reconstructed.empty() || !rep->missing.empty() || !rep->unexpected.empty()) {
       Die("in-place load reconstructed/missed entries:\n" + rep->ToString());
     }
@@ -550,7 +536,7 @@ int main(int argc, char** argv) {
       Die("loaded small objects differ from the saved ones (" + path + ")");
     }
     std::printf("  run %d: %-36s %6.3f GiB/s  (%.2f s, open+index %.1f ms, verified)\n", run,
-                s.name.c_str(), s.gibs.back(), Seconds(t0, t1), open_ms.back());
+                s.name.c_str(), s.gibs.back(), secs, open_ms.back());
   };
 
   // Reads the whole 4 MiB blocks of `path`; GiB/s of stored bytes.
@@ -570,21 +556,14 @@ int main(int argc, char** argv) {
   auto do_verify = [&](const std::string& path, CodecRows& cr, int run) {
     Series& s = cr.verify;
     DropCache(path);
-    const double rss0 = CurrentRssMiB();
-    const bool hwm = ResetPeakRss();
-    const double c0 = CpuSeconds();
-    const long d0 = DiskBusyMs(args.dir);
-    const auto t0 = Clock::now();
+    OpMeter meter(args.dir);
     ckfmt::VerifyOptions vo;
     vo.io = args.io;
     auto r = ckfmt::VerifyFile(path, vo);
-    const auto t1 = Clock::now();
-    s.Busy(d0, DiskBusyMs(args.dir), Seconds(t0, t1));
-    s.cores.push_back((CpuSeconds() - c0) / Seconds(t0, t1));
-    if (hwm) s.Rss(rss0);
+    const double secs = meter.Stop(s);
     if (!r.ok()) Die("verify " + path + ": " + r.status().ToString());
     if (!r->problems.empty()) Die("verify " + path + " found problems in a good file");
-    s.gibs.push_back(double(std::filesystem::file_size(path)) / kGiB / Seconds(t0, t1));
+    s.gibs.push_back(double(std::filesystem::file_size(path)) / kGiB / secs);
     std::printf("  run %d: %-36s %6.3f GiB/s\n", run, s.name.c_str(), s.gibs.back());
   };
 

@@ -37,11 +37,8 @@ using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-constexpr double kGiB = 1024.0 * 1024 * 1024;
+double Median(const std::vector<double>& v) { return ckfmt::bench::Series::MedianOf(v); }
+using ckfmt::bench::kGiB;
 
 void Check(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return;

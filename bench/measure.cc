@@ -194,4 +194,19 @@ double RawTransfer(const std::string& path, uint64_t bytes, bool write, RawIo& i
   return Seconds(t0, t1);
 }
 
+OpMeter::OpMeter(std::string dir)
+    : dir_(std::move(dir)), rss0_(CurrentRssMiB()), cpu0_(0), hwm_(ResetPeakRss()),
+      disk0_(DiskBusyMs(dir_)) {
+  cpu0_ = CpuSeconds();
+  t0_ = Clock::now();
+}
+
+double OpMeter::Stop(Series& s) {
+  const double seconds = Seconds(t0_, Clock::now());
+  s.Busy(disk0_, DiskBusyMs(dir_), seconds);
+  s.cores.push_back((CpuSeconds() - cpu0_) / seconds);
+  if (hwm_) s.Rss(rss0_);
+  return seconds;
+}
+
 }  // namespace ckfmt::bench

@@ -85,4 +85,22 @@ struct Series {
   }
 };
 
+// Times one operation and records what it cost. Construct right before the
+// operation (it resets the RSS peak and notes CPU, disk and clock).
+class OpMeter {
+ public:
+  explicit OpMeter(std::string dir);
+  Clock::time_point start() const { return t0_; }
+  // Appends the operation's cores and disk busy share to `s`, raises its
+  // RSS peak; returns the wall seconds since construction.
+  double Stop(Series& s);
+
+ private:
+  std::string dir_;
+  double rss0_, cpu0_;
+  bool hwm_;
+  long disk0_;
+  Clock::time_point t0_;
+};
+
 }  // namespace ckfmt::bench

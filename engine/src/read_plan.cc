@@ -118,8 +118,9 @@ Status Scatter(const ChunkTask& t, const uint8_t* raw) {
 Status ProcessChunk(const File& file, const ChunkTask& t, const uint8_t* stored, bool verify,
                     DeviceStaging* dev = nullptr) {
   const ChunkRecord& c = *t.chunk;
-  if (!t.device && c.codec == uint8_t(Codec::kNone) && t.copies.size() == 1 &&
-      t.copies[0].len == c.raw_size) {
+  // One host copy that takes the whole chunk: no scratch is needed.
+  const bool whole = !t.device && t.copies.size() == 1 && t.copies[0].len == c.raw_size;
+  if (whole && c.codec == uint8_t(Codec::kNone)) {
     // The common whole-chunk copy: hash while copying (one pass over the
     // staging slot). A mismatch leaves the destination's bytes unspecified,
     // as any failed load does.
@@ -138,8 +139,7 @@ Status ProcessChunk(const File& file, const ChunkTask& t, const uint8_t* stored,
   thread_local std::vector<uint8_t> scratch;
   std::optional<PinnedPool::Lease> pinned;  // decode target for device copies
   if (c.codec != uint8_t(Codec::kNone)) {
-    // A single copy that takes the whole chunk decodes straight into place.
-    if (!t.device && t.copies.size() == 1 && t.copies[0].len == c.raw_size) {
+    if (whole) {  // decode straight into place
       Status s = DecodeChunk(c.codec, stored, c.stored_size, t.copies[0].dst, c.raw_size);
       return s.ok() ? s : s.WithContext(Describe(file, t));
     }
