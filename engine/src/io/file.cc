@@ -20,10 +20,22 @@ namespace ckfmt {
 
 void AlignedBuffer::Free::operator()(uint8_t* p) const { std::free(p); }
 
+namespace {
+constexpr size_t kHugePage = size_t{2} << 20;
+}  // namespace
+
 AlignedBuffer::AlignedBuffer(size_t size) : size_(size) {
-  size_t alloc = AlignUp(std::max<size_t>(size, 1));
-  auto* p = static_cast<uint8_t*>(std::aligned_alloc(kAlignment, alloc));
+  // Buffers of a huge page or more are asked to be backed by huge pages. A
+  // transfer from 4 KiB pages scattered in physical memory is split by the
+  // block layer into many small requests (virtio: 128 segments, so 512 KiB
+  // apiece); physically contiguous 2 MiB pages let a 4 MiB request reach the
+  // disk whole, and spare the TLB when copying. Without THP this is a no-op.
+  const bool huge = size >= kHugePage;
+  const size_t align = huge ? kHugePage : kAlignment;
+  size_t alloc = (std::max<size_t>(size, 1) + align - 1) / align * align;
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(align, alloc));
   if (!p) throw std::bad_alloc();
+  if (huge) (void)::madvise(p, alloc, MADV_HUGEPAGE);
   std::memset(p, 0, alloc);
   data_.reset(p);
 }
