@@ -28,12 +28,6 @@ struct ChunkTask {
   bool device = false;  // some copy goes to device memory
 };
 
-// Consecutive chunks read with one request into one buffer.
-struct Request {
-  uint64_t begin, end;  // aligned file range
-  std::vector<ChunkTask*> tasks;
-};
-
 constexpr uint64_t kMaxGap = 256 << 10;  // read through gaps up to this size
 
 std::string Describe(const File& file, const ChunkTask& t) {
@@ -161,19 +155,24 @@ Status ProcessChunk(const File& file, const ChunkTask& t, const uint8_t* stored,
   return s.ok() ? s : s.WithContext(Describe(file, t));
 }
 
-std::vector<Request> GroupRequests(std::map<uint64_t, ChunkTask>& tasks, uint64_t block) {
-  std::vector<Request> reqs;
-  for (auto& [offset, t] : tasks) {
-    uint64_t end = AlignUp(offset + t.chunk->stored_size);
+// Consecutive chunks share a request up to `block` bytes, reading through
+// small gaps; `order` lists the tasks as the requests' items.
+std::vector<ScanRequest> GroupRequests(const std::map<uint64_t, ChunkTask>& tasks, uint64_t block,
+                                       std::vector<const ChunkTask*>* order) {
+  std::vector<ScanRequest> reqs;
+  for (const auto& [offset, t] : tasks) {
+    const uint64_t end = AlignUp(offset + t.chunk->stored_size);
+    const size_t item = order->size();
+    order->push_back(&t);
     if (!reqs.empty()) {
-      Request& r = reqs.back();
+      ScanRequest& r = reqs.back();
       if (offset >= r.end && offset - r.end <= kMaxGap && end - r.begin <= block) {
         r.end = end;
-        r.tasks.push_back(&t);
+        r.end_item = item + 1;
         continue;
       }
     }
-    reqs.push_back({offset, end, {&t}});
+    reqs.push_back({offset, end, item, item + 1});
   }
   return reqs;
 }
@@ -227,18 +226,11 @@ Status ReadCached(const File& file, const std::map<uint64_t, ChunkTask>& tasks,
 }  // namespace
 
 Status ReadSession::SetUpIo() {
-  if (io_) return Status::OK();
+  if (staging_) return Status::OK();
   // No more staging than the file could fill: small files stay cheap.
   CKFMT_ASSIGN_OR_RETURN(uint64_t size, file_.Size());
   block_ = AlignUp(std::clamp<uint64_t>(options_.io.block_size, kAlignment, AlignUp(size)));
-  const size_t nslots = std::clamp<size_t>(options_.io.staging_bytes / block_, 2,
-                                           std::max<uint64_t>(2, size / block_ + 1));
-  try {
-    for (size_t i = 0; i < nslots; ++i) slots_.emplace_back(block_);
-  } catch (const std::bad_alloc&) {
-    return Status::IOError(file_.path() + ": cannot allocate read staging");
-  }
-  io_ = BlockIo::Create(file_, options_.io, slots_);
+  CKFMT_ASSIGN_OR_RETURN(staging_, ScanStaging::Create(file_, options_.io, size, block_));
   return Status::OK();
 }
 
@@ -278,76 +270,27 @@ Status ReadSession::Read(const std::vector<ReadTarget>& targets, ThreadPool& poo
     }
   }
   CKFMT_RETURN_IF_ERROR(SetUpIo());
-  // Device copies read straight from the slots: they must be pinned.
-  if (bounce) CKFMT_RETURN_IF_ERROR(device_->PinSlots(slots_).WithContext(file_.path()));
-  const File& file = file_;
-  const ReadOptions& options = options_;
-  const uint64_t block = block_;
-  std::vector<AlignedBuffer>& slots = slots_;
-  BlockIo* io = io_.get();
-  std::vector<Request> reqs = GroupRequests(tasks, block);
-  // Verifies, decodes and scatters the chunks of several requests whose
-  // bytes are in memory, all on the pool at once: a slot usually holds a
-  // single chunk, so one request at a time would decode on one core.
-  auto process_all = [&](const std::vector<std::pair<const Request*, const uint8_t*>>& done) {
-    std::vector<std::pair<const ChunkTask*, const uint8_t*>> work;
-    for (const auto& [r, buf] : done) {
-      for (const ChunkTask* t : r->tasks) work.emplace_back(t, buf + (t->chunk->offset - r->begin));
-    }
-    std::vector<Status> errs(work.size());
-    pool.ParallelFor(work.size(), [&](size_t i) {
-      errs[i] = ProcessChunk(file, *work[i].first, work[i].second, options.verify_checksums,
-                             device_.get());
-    });
-    for (Status& s : errs) CKFMT_RETURN_IF_ERROR(s);
-    for (const auto& [r, buf] : done) *bytes_read += r->end - r->begin;
-    return Status::OK();
-  };
-  auto process = [&](const Request& r, const uint8_t* buf) { return process_all({{&r, buf}}); };
-
-  std::vector<size_t> slot_req(slots.size());
-  std::vector<int> free;
-  for (size_t i = 0; i < slots.size(); ++i) free.push_back(static_cast<int>(i));
-  Status status;
-  size_t next = 0;
-  while (status.ok() && (next < reqs.size() || io->in_flight() > 0)) {
-    // Requests larger than a slot (chunks written with a bigger chunk size
-    // than our block) are read on their own.
-    while (status.ok() && next < reqs.size() && reqs[next].end - reqs[next].begin > block) {
-      const Request& r = reqs[next++];
-      AlignedBuffer big(r.end - r.begin);
-      PinnedRanges pinned_big;  // device copies read from it
-      if (bounce) status = pinned_big.Add(device_->ops(), big.data(), big.size());
-      if (status.ok()) status = file.ReadAt(r.begin, big.data(), r.end - r.begin);
-      if (status.ok()) status = process(r, big.data());
-    }
-    while (status.ok() && next < reqs.size() && !free.empty() &&
-           reqs[next].end - reqs[next].begin <= block) {
-      int slot = free.back();
-      free.pop_back();
-      slot_req[slot] = next;
-      status = io->SubmitRead(slot, reqs[next].begin, reqs[next].end - reqs[next].begin);
-      ++next;
-    }
-    if (!status.ok() || io->in_flight() == 0) continue;
-    // One finished read, plus any others already finished (up to one per
-    // worker), processed together.
-    std::vector<BlockIo::Completion> finished{io->Wait()};
-    while (finished.size() < pool.size() && io->in_flight() > 0 && io->Ready()) {
-      finished.push_back(io->Wait());
-    }
-    std::vector<std::pair<const Request*, const uint8_t*>> done;
-    for (const BlockIo::Completion& c : finished) {
-      if (!c.status.ok() && status.ok()) status = c.status;
-      if (c.status.ok()) done.emplace_back(&reqs[slot_req[c.slot]], slots[c.slot].data());
-    }
-    if (status.ok()) status = process_all(done);
-    for (const BlockIo::Completion& c : finished) {
-      if (c.slot >= 0) free.push_back(c.slot);
-    }
+  // Device copies read straight from staging: it must be pinned.
+  if (bounce) {
+    CKFMT_RETURN_IF_ERROR(device_->PinSlots(staging_->ring().buffers()).WithContext(file_.path()));
   }
-  while (io->in_flight() > 0) (void)io->Wait();
-  return status;
+  ScanJob job;
+  std::vector<const ChunkTask*> order;
+  job.requests = GroupRequests(tasks, block_, &order);
+  for (const ChunkTask* t : order) job.item_begin.push_back(t->chunk->offset);
+  job.on_item = [&](size_t i, const uint8_t* stored, unsigned) {
+    return ProcessChunk(file_, *order[i], stored, options_.verify_checksums, device_.get());
+  };
+  if (bounce) {
+    job.with_own_buffer = [&](uint8_t* buf, size_t n, const std::function<Status()>& use) {
+      PinnedRanges pinned;  // device copies read from it
+      CKFMT_RETURN_IF_ERROR(pinned.Add(device_->ops(), buf, n));
+      return use();
+    };
+  }
+  CKFMT_RETURN_IF_ERROR(RunScan(file_, *staging_, job, pool));
+  for (const ScanRequest& r : job.requests) *bytes_read += r.end - r.begin;
+  return Status::OK();
 }
 
 }  // namespace ckfmt

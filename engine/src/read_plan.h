@@ -7,8 +7,8 @@
 #include "ckfmt/index.h"
 #include "ckfmt/reader.h"
 #include "device/device_staging.h"
-#include "io/block_io.h"
 #include "io/file.h"
+#include "staged_scan.h"
 #include "thread_pool.h"
 
 namespace ckfmt {
@@ -23,7 +23,7 @@ struct ReadTarget {
   Device device = {};
 };
 
-// Reads of one open file. Staging slots, the I/O ring and the buffered
+// Reads of one open file. Staging, the I/O ring and the buffered
 // handle for cached files are set up on first use and kept, so many small
 // reads (e.g. one ReadRegion per tensor) do not pay for them each time.
 class ReadSession {
@@ -44,11 +44,10 @@ class ReadSession {
 
   const File& file_;
   const ReadOptions& options_;
-  uint64_t block_ = 0;
-  std::vector<AlignedBuffer> slots_;
-  std::unique_ptr<BlockIo> io_;
+  uint64_t block_ = 0;                   // the largest request
+  std::unique_ptr<ScanStaging> staging_;
   File buffered_;  // for files already in the page cache
-  std::unique_ptr<DeviceStaging> device_;  // after slots_: unpins before they go
+  std::unique_ptr<DeviceStaging> device_;  // after staging_: unpins before it goes
 };
 
 }  // namespace ckfmt

@@ -65,11 +65,12 @@ Status Verifier::ScanDataRegion(uint64_t end) {
   std::vector<std::unique_ptr<ChunkChecker>> checkers(pool.size());
   for (auto& c : checkers) c = std::make_unique<ChunkChecker>();
   std::vector<std::optional<VerifyProblem>> found(plan.items.size());
-  auto check = [&](size_t k, const uint8_t* p, unsigned worker) {
+  ScanJob job;
+  job.on_item = [&](size_t k, const uint8_t* p, unsigned worker) {
     const ScanItem& it = plan.items[k];
     if (!it.is_chunk) {
       found[k] = NonzeroPadding(p, it.begin, it.end - it.begin);
-      return;
+      return Status::OK();
     }
     const Extent& x = extents_[it.chunk];
     if (std::string m = checkers[worker]->Check(*x.chunk, p); !m.empty()) {
@@ -78,11 +79,16 @@ Status Verifier::ScanDataRegion(uint64_t end) {
           "chunk @ " + std::to_string(x.chunk->offset) + " (" + FormatKeyPath(x.entry->path) + ")",
           std::move(m)};
     }
+    return Status::OK();
   };
-  auto progress = [&](uint64_t done) {
-    if (opts_.progress) opts_.progress(done, report_.file_size);
-  };
-  CKFMT_RETURN_IF_ERROR(RunScan(file_, opts_.io, plan, pool, check, progress));
+  if (opts_.progress) {
+    job.on_progress = [&](uint64_t done) { opts_.progress(done, report_.file_size); };
+  }
+  job.requests = plan.requests;
+  job.item_begin = ItemBegins(plan);
+  CKFMT_ASSIGN_OR_RETURN(auto staging, ScanStaging::Create(file_, opts_.io, plan.span,
+                                                                  plan.largest_request));
+  CKFMT_RETURN_IF_ERROR(RunScan(file_, *staging, job, pool));
   report_.bytes_checked += end - kHeaderSize;
   size_t bad_gap = SIZE_MAX;  // the gap last reported, by the chunk after it
   for (size_t k = 0; k < plan.items.size(); ++k) {

@@ -1,16 +1,13 @@
-// VerifyFile's pass over the data region: reads it in file order through
-// the staging slots and runs the per-piece checks on a thread pool while
-// further reads are in flight.
+// How VerifyFile reads the data region: as items (chunks, and the gaps
+// between them, which must be zero) in requests for RunScan.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "ckfmt/index.h"
 #include "ckfmt/io_options.h"
-#include "io/file.h"
-#include "thread_pool.h"
+#include "staged_scan.h"
 
 namespace ckfmt {
 
@@ -24,34 +21,20 @@ struct ScanItem {
   bool is_chunk;
 };
 
-// File ranges read with one request, aligned, in file order and covering
-// the region end to end. None is larger than a slot but one that holds a
-// single chunk larger than a slot, so no chunk straddles two requests.
-struct ScanRequest {
-  uint64_t begin, end;
-  size_t first_item, end_item;  // its items, [first_item, end_item)
-};
-
 struct ScanPlan {
-  uint64_t slot_size = 0;
-  size_t slots = 0;
-  std::vector<ScanItem> items;  // in file order
-  std::vector<ScanRequest> requests;
+  std::vector<ScanItem> items;        // in file order
+  std::vector<ScanRequest> requests;  // each holds whole items
+  uint64_t span = 0, largest_request = 0;  // for ScanStaging::Create
 };
 
+// Requests cover the region end to end, in file order. None is larger than
+// half the staging but one that holds a single chunk that large, so no chunk
+// straddles two requests.
 // `chunks`: in ascending offset order, inside [begin, end), not overlapping.
 ScanPlan PlanScan(const std::vector<const ChunkRecord*>& chunks, uint64_t begin, uint64_t end,
                   const IoOptions& io);
 
-// Called once per item, on any thread, with the item's bytes; `worker` <
-// pool.size() and no two calls with the same worker run at once.
-using ItemCheck = std::function<void(size_t item, const uint8_t* bytes, unsigned worker)>;
-// Called on the calling thread with the end of the prefix of the region
-// checked so far (non-decreasing).
-using ScanProgress = std::function<void(uint64_t done_up_to)>;
-
-// Fails only when the file cannot be read.
-Status RunScan(const File& file, const IoOptions& io, const ScanPlan& plan, ThreadPool& pool,
-               const ItemCheck& check, const ScanProgress& progress);
+// The items' first bytes, for ScanJob::item_begin.
+std::vector<uint64_t> ItemBegins(const ScanPlan& plan);
 
 }  // namespace ckfmt

@@ -17,10 +17,13 @@ struct IoOptions {
   IoBackend backend = IoBackend::kAuto;
   bool direct_io = true;                 // O_DIRECT where the file system allows it
   // 4 MiB requests with 32 MiB in flight: measured best on virtio disks
-  // (bench/e2e_bench.cc); 8 MiB requests or 64 MiB in flight read 15-40%
-  // slower there, and fewer than ~16 MiB in flight cannot keep a disk busy.
-  uint64_t block_size = 4ull << 20;      // bytes per I/O request
-  uint64_t staging_bytes = 32ull << 20;  // total staging memory (block_size multiples)
+  // (bench/e2e_bench.cc); 8 MiB requests or 48 MiB in flight read slower
+  // there, and fewer than ~16 MiB in flight cannot keep a disk busy.
+  uint64_t block_size = 4ull << 20;      // bytes per I/O request (reads: at most)
+  // Bytes of I/O in flight (block_size multiples). Writes stage exactly
+  // this; reads keep about this much in flight and hold two requests more
+  // for the data being verified and copied out meanwhile.
+  uint64_t staging_bytes = 32ull << 20;
   unsigned threads = 0;                  // worker threads for checksums/codecs; 0: all cores
 };
 

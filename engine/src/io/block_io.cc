@@ -14,10 +14,12 @@ std::string_view IoBackendName(IoBackend b) {
 }
 
 std::unique_ptr<BlockIo> BlockIo::Create(const File& file, const IoOptions& options,
-                                         const std::vector<AlignedBuffer>& slots) {
+                                         const std::vector<AlignedBuffer>& buffers,
+                                         size_t depth) {
   std::unique_ptr<BlockIo> io;
-  if (options.backend != IoBackend::kPread) io = MakeUringIo(file, slots);
-  if (!io) io = MakePreadIo(file, slots);
+  if (depth == 0) depth = buffers.size();
+  if (options.backend != IoBackend::kPread) io = MakeUringIo(file, buffers, depth);
+  if (!io) io = MakePreadIo(file, buffers);
   Log(LogLevel::kInfo, file.path() + ": I/O through " + io->name());
   return io;
 }

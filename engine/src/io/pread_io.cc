@@ -15,7 +15,10 @@ class PreadIo final : public BlockIo {
     return Status::OK();
   }
   Status SubmitRead(int slot, uint64_t offset, size_t len) override {
-    done_.push_back({slot, file_.ReadAt(offset, slots_[slot].data(), len)});
+    return SubmitReadTo(slot, slots_[slot].data(), offset, len);
+  }
+  Status SubmitReadTo(int tag, uint8_t* dst, uint64_t offset, size_t len) override {
+    done_.push_back({tag, file_.ReadAt(offset, dst, len)});
     return Status::OK();
   }
   Completion Wait() override {

@@ -1,8 +1,9 @@
-// The io_uring backend: staging slots registered as fixed buffers, the file
-// registered as a fixed file, one request in flight per slot.
+// The io_uring backend: staging buffers registered as fixed buffers, the
+// file registered as a fixed file.
 #include <liburing.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -14,8 +15,8 @@ namespace {
 
 class UringIo final : public BlockIo {
  public:
-  UringIo(const File& file, const std::vector<AlignedBuffer>& slots)
-      : file_(file), slots_(slots), reqs_(slots.size()) {}
+  UringIo(const File& file, const std::vector<AlignedBuffer>& slots, size_t depth)
+      : file_(file), slots_(slots), reqs_(std::max(depth, slots.size())) {}
   ~UringIo() override {
     if (!initialized_) return;
     while (in_flight_ > 0) (void)Wait();
@@ -24,7 +25,7 @@ class UringIo final : public BlockIo {
 
   // Returns an empty string on success, else why io_uring is unusable.
   std::string Init() {
-    int rc = io_uring_queue_init(static_cast<unsigned>(std::max<size_t>(slots_.size(), 2)), &ring_, 0);
+    int rc = io_uring_queue_init(static_cast<unsigned>(std::max<size_t>(reqs_.size(), 2)), &ring_, 0);
     if (rc < 0) return std::string("io_uring_queue_init: ") + std::strerror(-rc);
     initialized_ = true;
     std::vector<iovec> iov;
@@ -36,12 +37,19 @@ class UringIo final : public BlockIo {
   }
 
   Status SubmitWrite(int slot, uint64_t offset, size_t len) override {
-    reqs_[slot] = {true, offset, len, 0};
+    reqs_[slot] = {true, slots_[slot].data(), slot, offset, len, 0};
     return Queue(slot);
   }
   Status SubmitRead(int slot, uint64_t offset, size_t len) override {
-    reqs_[slot] = {false, offset, len, 0};
+    reqs_[slot] = {false, slots_[slot].data(), slot, offset, len, 0};
     return Queue(slot);
+  }
+  Status SubmitReadTo(int tag, uint8_t* dst, uint64_t offset, size_t len) override {
+    if (tag < 0 || static_cast<size_t>(tag) >= reqs_.size()) {
+      return Status::Internal("read tag " + std::to_string(tag) + " out of range");
+    }
+    reqs_[tag] = {false, dst, BufferOf(dst, len), offset, len, 0};
+    return Queue(tag);
   }
 
   Completion Wait() override {
@@ -88,26 +96,39 @@ class UringIo final : public BlockIo {
  private:
   struct Req {
     bool write = false;
+    uint8_t* buf = nullptr;
+    int buf_index = -1;  // the registered buffer holding [buf, buf + len)
     uint64_t offset = 0;
     size_t len = 0;
     size_t done = 0;
   };
 
+  int BufferOf(const uint8_t* p, size_t len) const {
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const uint8_t* b = slots_[i].data();
+      if (p >= b && len <= slots_[i].size() && size_t(p - b) <= slots_[i].size() - len) {
+        return static_cast<int>(i);
+      }
+    }
+    return -1;
+  }
+
   Status Queue(int slot) {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     if (!sqe) return Status::Internal("io_uring submission queue full");
     const Req& r = reqs_[slot];
-    uint8_t* buf = slots_[slot].data() + r.done;
+    uint8_t* buf = r.buf + r.done;
     unsigned len = static_cast<unsigned>(r.len - r.done);
     uint64_t off = r.offset + r.done;
     int fd = fixed_file_ ? 0 : file_.fd();
     // Fixed-buffer ops need the whole transfer inside the registered buffer,
-    // which holds for every (re)submission of a slot's own request.
+    // which holds for every (re)submission of a request.
+    const bool fixed = fixed_buffers_ && r.buf_index >= 0;
     if (r.write) {
-      if (fixed_buffers_) io_uring_prep_write_fixed(sqe, fd, buf, len, off, slot);
+      if (fixed) io_uring_prep_write_fixed(sqe, fd, buf, len, off, r.buf_index);
       else io_uring_prep_write(sqe, fd, buf, len, off);
     } else {
-      if (fixed_buffers_) io_uring_prep_read_fixed(sqe, fd, buf, len, off, slot);
+      if (fixed) io_uring_prep_read_fixed(sqe, fd, buf, len, off, r.buf_index);
       else io_uring_prep_read(sqe, fd, buf, len, off);
     }
     if (fixed_file_) sqe->flags |= IOSQE_FIXED_FILE;
@@ -130,8 +151,9 @@ class UringIo final : public BlockIo {
 
 }  // namespace
 
-std::unique_ptr<BlockIo> MakeUringIo(const File& file, const std::vector<AlignedBuffer>& slots) {
-  auto io = std::make_unique<UringIo>(file, slots);
+std::unique_ptr<BlockIo> MakeUringIo(const File& file, const std::vector<AlignedBuffer>& buffers,
+                                     size_t depth) {
+  auto io = std::make_unique<UringIo>(file, buffers, depth);
   if (std::string why = io->Init(); !why.empty()) {
     Log(LogLevel::kWarning, file.path() + ": io_uring unavailable (" + why + "); using pread/pwrite");
     return nullptr;
