@@ -459,6 +459,7 @@ int main(int argc, char** argv) {
   Series raw_r{"raw read  (io_uring O_DIRECT 4MiB QD8, fresh file)"};
   Series mcp{"memcpy of the state (1 thread)"};
   Series async_blocked{"async save, caller blocked (state / time)"};
+  Series warm_load{"ckfmt load (none, page cache warm)"};
   struct CodecRows {
     ckfmt::Codec codec;
     Series save, load;
@@ -503,12 +504,18 @@ int main(int argc, char** argv) {
     std::printf("  run %d: %-36s %6.3f GiB/s  (%.2f s, file %.0f MiB, %s)\n", run, s.name.c_str(),
                 s.gibs.back(), secs, double(r->file_bytes) / kMiB, r->io_path.c_str());
   };
-  auto do_load = [&](const std::string& path, Series& s, int run) {
+  // `warm`: the file is in the page cache (a load right after a save, or of
+  // a file another process just read), where a load should run near memcpy.
+  auto do_load = [&](const std::string& path, Series& s, int run, bool warm = false) {
     Poison(L, &into_bufs);
     into_bufs.rng = std::string(src_rng.size(), '\0');
     into_bufs.dataloader = "{}";
     ckfmt::Value into = MakeStateDict(L, into_bufs, 0);
-    DropCache(path);
+    if (warm) {
+      WarmCache(path);
+    } else {
+      DropCache(path);
+    }
     OpMeter meter(args.dir);
     ckfmt::ReadOptions ro;
     ro.io = args.io;
@@ -612,6 +619,7 @@ int main(int argc, char** argv) {
       do_raw_read(path, cr.raw_read, run);
       if (run % 2 == 1) do_load(path, cr.load, run);
       do_verify(path, cr, run);
+      if (cr.codec == ckfmt::Codec::kNone && !args.one_copy) do_load(path, warm_load, run, true);
       if (!args.keep) std::filesystem::remove(path);
       std::fflush(stdout);
     }
@@ -654,6 +662,7 @@ int main(int argc, char** argv) {
   row(raw_r, nullptr);
   row(mcp, nullptr);
   row(async_blocked, &mcp);
+  row(warm_load, &mcp);
   for (const CodecRows& cr : rows) {
     row(cr.save, &raw_w);
     row(cr.raw_read, nullptr);
@@ -662,7 +671,8 @@ int main(int argc, char** argv) {
   }
   std::sort(open_ms.begin(), open_ms.end());
   std::printf("'vs raw' = median of the row / median of raw write (saves) or of the raw read of\n"
-              "         the same file next to the load (loads);\n"
+              "         the same file next to the load (loads); of memcpy for the async and\n"
+              "         page-cache-warm rows;\n"
               "'paired' = median over runs of (the row's figure / the same run's raw figure).\n"
               "'+RSS' = max over runs of the peak RSS during the operation minus the RSS before it\n"
               "         (VmHWM, reset through /proc/self/clear_refs before each operation).\n"
@@ -700,6 +710,7 @@ int main(int argc, char** argv) {
     // Blocked time over memcpy time, steady state (median over runs).
     kv("async_blocked_vs_memcpy=%.2f", mcp.Median() / async_blocked.Median());
   }
+  if (!warm_load.gibs.empty()) kv("warm_load_vs_memcpy=%.2f", warm_load.Median() / mcp.Median());
   double save_rss = 0, load_rss = 0;
   for (const CodecRows& cr : rows) {
     const std::string k = KeyName(cr.codec);

@@ -111,6 +111,15 @@ void DropCache(const std::string& path) {
   ::close(fd);
 }
 
+void WarmCache(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) Fatal("open " + path + ": " + std::strerror(errno));
+  std::vector<char> buf(4u << 20);
+  while (::read(fd, buf.data(), buf.size()) > 0) {
+  }
+  ::close(fd);
+}
+
 long DiskBusyMs(const std::string& dir) {
   struct stat st{};
   if (::stat(dir.c_str(), &st) != 0) return -1;

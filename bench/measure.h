@@ -38,6 +38,8 @@ void* AlignedAlloc(size_t n);
 
 // Writes back and evicts `path`'s cached pages, so the next read is cold.
 void DropCache(const std::string& path);
+// Reads `path` through the page cache, so the next read is warm.
+void WarmCache(const std::string& path);
 // Milliseconds the block device under `dir` has had I/O in flight
 // (io_ticks of /sys/dev/block/M:m/stat); -1 if unknown. Busy time over wall
 // time tells a pipeline that leaves the disk idle from a disk that is
