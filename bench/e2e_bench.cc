@@ -300,6 +300,7 @@ struct Args {
   bool keep = false;
   bool one_copy = false;  // load into the source tensors: half the memory
   bool raw_only = false;  // measure the disk only (for bench/compare)
+  std::string raw_read_file;  // --raw-read: time a raw read of this file only
   ckfmt::IoOptions io;  // the engine's defaults unless overridden
 };
 
@@ -336,6 +337,8 @@ Args ParseArgs(int argc, char** argv) {
       a.one_copy = true;
     } else if (s == "--raw-only") {
       a.raw_only = true;
+    } else if (s == "--raw-read" && i + 1 < argc) {
+      a.raw_read_file = argv[++i];
     } else if (s == "--block-mib") {
       a.io.block_size = uint64_t(std::atof(val().c_str()) * kMiB);
     } else if (s == "--staging-mib") {
@@ -358,6 +361,8 @@ Args ParseArgs(int argc, char** argv) {
           "                  before): half the memory, for large sizes; no memcpy and\n"
           "                  async-save rows\n"
           "  --raw-only      measure only the raw disk; prints RAW write_gibs=W read_gibs=R\n"
+          "  --raw-read FILE drop FILE's cached pages and read its whole 4 MiB blocks raw;\n"
+          "                  prints RAW read_gibs=R (a paired baseline for bench/compare)\n"
           "engine I/O options (default: the engine's IoOptions defaults):\n"
           "  --block-mib N   IoOptions::block_size\n"
           "  --staging-mib N IoOptions::staging_bytes\n"
@@ -397,6 +402,16 @@ int main(int argc, char** argv) {
     if (ec) Die("cannot create " + args.dir + ": " + ec.message());
   }
 
+  if (!args.raw_read_file.empty()) {
+    RawIo rawio;
+    const uint64_t bytes = std::filesystem::file_size(args.raw_read_file) / kRawBlock * kRawBlock;
+    if (bytes == 0) Die(args.raw_read_file + " holds no whole 4 MiB block");
+    DropCache(args.raw_read_file);
+    const double t = RawTransfer(args.raw_read_file, bytes, /*write=*/false, rawio);
+    std::printf("RAW read_gibs=%.3f\n", double(bytes) / kGiB / t);
+    if (made_dir) ::rmdir(args.dir.c_str());
+    return 0;
+  }
   if (args.raw_only) {  // the baseline other benchmarks compare against
     RawIo rawio;
     const uint64_t bytes = uint64_t(args.size_gib * kGiB) / kRawBlock * kRawBlock;

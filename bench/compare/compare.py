@@ -1,7 +1,8 @@
 """ckfmt against torch.save, torch.distributed.checkpoint and safetensors.
 
 Every system saves and loads the same tensors in the same run. Saves are
-timed to durability (fsync) for all systems; before every load the files'
+timed to durability (fsync) for all systems, each into a path whose old
+output was removed before the clock started; before every load the files''
 pages are dropped from the page cache (posix_fadvise DONTNEED after fsync),
 so loads come from the disk. Loads fill preallocated tensors where the
 system can (ckfmt, DCP, safetensors); torch.load allocates its own.
@@ -148,12 +149,29 @@ def main():
         "safetensors": (sf_save, sf_load, "a.safetensors"),
     }
     times = {name: {"save": [], "load": []} for name in systems}
+    raw_next_to_load = []  # GiB/s of whole 4 MiB blocks
+
+    def raw_read(p):
+        if not (args.raw_tool and os.access(args.raw_tool, os.X_OK)):
+            return None
+        out = subprocess.run([args.raw_tool, "--raw-read", p], capture_output=True, text=True)
+        for line in out.stdout.splitlines():
+            if line.startswith("RAW read_gibs="):
+                return float(line.split("=")[1])
+        return None
     for run in range(args.runs):
         for name, (save, load, fname) in systems.items():
             p = os.path.join(workdir, fname)
             if save:
+                # The last run's output goes first, untimed, for every system
+                # alike: this disk is mounted with online discard, and freeing
+                # 2 GiB inside a timed save (an overwrite, a rename over the old
+                # file) would charge that save for the TRIMs.
                 if os.path.isdir(p):
                     shutil.rmtree(p)
+                elif os.path.exists(p):
+                    os.unlink(p)
+                os.sync()
                 t0 = time.perf_counter()
                 save(p)
                 times[name]["save"].append(time.perf_counter() - t0)
@@ -162,6 +180,10 @@ def main():
             out = load(p)
             times[name]["load"].append(time.perf_counter() - t0)
             del out
+            if name == "ckfmt":
+                # The same file read raw, next to its load: the disk's speed
+                # drifts within a run, so only this pairing isolates ckfmt's share.
+                raw_next_to_load.append(raw_read(p))
             if run == 0 and name.startswith("ckfmt"):
                 bad = [k for k in sd if not torch.equal(sd[k], dst[k])]
                 assert not bad, f"{name}: {len(bad)} tensors differ after load, e.g. {bad[0]}"
@@ -199,6 +221,10 @@ def main():
         print(f"  vs {other:<12} save {med[other]['save'] / med['ckfmt']['save']:5.2f}x   "
               f"load {med[other]['load'] / med['ckfmt']['load']:5.2f}x")
     print(f"  checksum cost on load: {med['ckfmt']['load'] / med['ckfmt-nocheck']['load']:.3f}x")
+    paired = [gib / t / r for t, r in zip(times["ckfmt"]["load"], raw_next_to_load) if r]
+    if paired:
+        print(f"  ckfmt load / raw read of the same file next to it (median of runs): "
+              f"{statistics.median(paired):.3f}  [{' '.join(f'{x:.2f}' for x in sorted(paired))}]")
     if raw:
         print(f"  ckfmt save / raw write: {gib / med['ckfmt']['save'] / float(raw['write_gibs']):.3f}; "
               f"load / raw read: {gib / med['ckfmt']['load'] / float(raw['read_gibs']):.3f}")
