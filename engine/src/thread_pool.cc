@@ -20,8 +20,16 @@ void ThreadPool::WorkerLoop() {
   uint64_t seen = 0;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+    cv_.wait(lock, [&] { return stop_ || generation_ != seen || !tasks_.empty(); });
     if (stop_) return;
+    if (!tasks_.empty()) {
+      std::function<void()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      task();
+      lock.lock();
+      continue;  // a ParallelFor meanwhile is not stuck: its caller runs items too
+    }
     seen = generation_;
     while (job_ && next_ < total_) {
       size_t i = next_++;
@@ -32,6 +40,14 @@ void ThreadPool::WorkerLoop() {
       if (++finished_ == total_) done_cv_.notify_all();
     }
   }
+}
+
+void ThreadPool::Submit(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks_.push_back(std::move(fn));
+  }
+  cv_.notify_one();
 }
 
 void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {

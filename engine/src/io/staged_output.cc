@@ -34,11 +34,23 @@ StagedOutput::~StagedOutput() {
 Status StagedOutput::Reap() {
   BlockIo::Completion c = io_->Wait();
   if (c.slot >= 0) free_.push_back(c.slot);
-  return c.status;
+  CKFMT_RETURN_IF_ERROR(c.status);
+  return Pump();
+}
+
+Status StagedOutput::Pump() {
+  while (released_ > 0 && (max_writes_ == 0 || io_->in_flight() < max_writes_)) {
+    auto [slot, offset] = ready_.front();
+    ready_.pop_front();
+    --released_;
+    CKFMT_RETURN_IF_ERROR(io_->SubmitWrite(slot, offset, ready_len_[slot]));
+  }
+  return Status::OK();
 }
 
 Status StagedOutput::TakeSlot() {
   while (free_.empty()) {
+    CKFMT_RETURN_IF_ERROR(Pump());
     if (io_->in_flight() == 0) return Status::Internal("staging slots exhausted");
     CKFMT_RETURN_IF_ERROR(Reap());
   }
@@ -73,17 +85,13 @@ void StagedOutput::Commit(size_t used) {
 }
 
 Status StagedOutput::SubmitReady() {
-  while (!ready_.empty()) {
-    auto [slot, offset] = ready_.front();
-    ready_.pop_front();
-    CKFMT_RETURN_IF_ERROR(io_->SubmitWrite(slot, offset, ready_len_[slot]));
-  }
-  if (fill_ == block_size_) {  // full: no reason to hold it back
-    CKFMT_RETURN_IF_ERROR(io_->SubmitWrite(current_, slot_offset_, fill_));
-    slot_offset_ += fill_;
-    return TakeSlot();
-  }
-  return Status::OK();
+  if (fill_ == block_size_) RetireCurrent();  // full: no reason to hold it back
+  released_ = ready_.size();
+  // Under a write limit, finished writes make room for released ones: the
+  // caller comes by often, so the disk need not wait for a blocking Reap().
+  while (max_writes_ > 0 && released_ > 0 && io_->Ready()) CKFMT_RETURN_IF_ERROR(Reap());
+  CKFMT_RETURN_IF_ERROR(Pump());
+  return current_ < 0 ? TakeSlot() : Status::OK();
 }
 
 Status StagedOutput::Append(const void* data, size_t n) {
@@ -99,16 +107,26 @@ Status StagedOutput::Append(const void* data, size_t n) {
   return Status::OK();
 }
 
+Result<uint64_t> StagedOutput::Put(const void* data, size_t n) {
+  const uint64_t at = position();
+  CKFMT_RETURN_IF_ERROR(Append(data, n));
+  // Slots are 4096-multiples, so the padding never crosses into the next.
+  size_t padded = AlignUp(fill_);
+  std::memset(slots_[current_].data() + fill_, 0, padded - fill_);
+  fill_ = padded;
+  CKFMT_RETURN_IF_ERROR(SubmitReady());
+  return at;
+}
+
 Status StagedOutput::Finish() {
   if (!IsAligned(fill_)) return Status::Internal("output ends unaligned");
   CKFMT_RETURN_IF_ERROR(SubmitReady());
   if (fill_ > 0) {
-    CKFMT_RETURN_IF_ERROR(io_->SubmitWrite(current_, slot_offset_, fill_));
-    slot_offset_ += fill_;
+    RetireCurrent();
     fill_ = 0;
-    current_ = -1;
+    released_ = ready_.size();
   }
-  Status first;
+  Status first = Pump();
   while (io_->in_flight() > 0) {
     Status s = Reap();
     if (first.ok()) first = s;

@@ -1,0 +1,117 @@
+#include "encode_pipeline.h"
+
+#include <algorithm>
+
+#include "ckfmt/checksum.h"
+
+namespace ckfmt {
+
+EncodePipeline::EncodePipeline(ThreadPool& pool, Codec codec, int level, size_t ring,
+                               size_t max_chunk, Sink sink)
+    : pool_(pool), codec_(codec), level_(level), sink_(std::move(sink)),
+      capacity_(MaxEncodedSize(codec, max_chunk)), ring_(std::max<size_t>(1, ring)) {
+  for (Slot& s : ring_) s.scratch.reset(new uint8_t[capacity_]);
+}
+
+EncodePipeline::~EncodePipeline() {
+  Cancel();
+  // Tasks still queued in the pool find nothing to do, but they touch this.
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return tasks_ == 0; });
+}
+
+Result<StoredChunk> EncodeForStorage(Codec codec, int level, const ChunkJob& job,
+                                     uint8_t* scratch, size_t capacity) {
+  // Byte planes of 1-byte elements are the bytes themselves.
+  if (codec == Codec::kBytePlaneZstd && job.element_size == 1) codec = Codec::kZstd;
+  CKFMT_ASSIGN_OR_RETURN(size_t n, EncodeChunk(codec, level, job.element_size, job.src, job.size,
+                                               scratch, capacity));
+  // Chunks that do not shrink are stored raw: decoding them costs nothing.
+  if (n >= job.size) return StoredChunk{job.src, job.size, Codec::kNone, Checksum(job.src, job.size)};
+  return StoredChunk{scratch, n, codec, Checksum(scratch, n)};
+}
+
+void EncodePipeline::Encode(Slot& slot) const {
+  auto r = EncodeForStorage(codec_, level_, slot.job, slot.scratch.get(), capacity_);
+  if (r.ok()) {
+    slot.stored = *r;
+  } else {
+    slot.error = r.status();
+  }
+}
+
+bool EncodePipeline::EncodeNext(std::unique_lock<std::mutex>& lock) {
+  if (claimed_ == queued_) return false;
+  Slot& slot = At(claimed_++);
+  ++encoding_;
+  lock.unlock();
+  Encode(slot);
+  lock.lock();
+  slot.done = true;
+  --encoding_;
+  cv_.notify_all();
+  return true;
+}
+
+Status EncodePipeline::Deliver(std::unique_lock<std::mutex>& lock) {
+  Slot& slot = At(delivered_);
+  // The slot is ours until delivered_ moves on: no encoder claims it.
+  lock.unlock();
+  Status s = slot.error.ok() ? sink_(slot.job, slot.stored) : slot.error;
+  lock.lock();
+  if (s.ok()) ++delivered_;
+  return s;
+}
+
+Status EncodePipeline::Step(std::unique_lock<std::mutex>& lock) {
+  if (At(delivered_).done) return Deliver(lock);
+  // The next chunk is with a worker: rather than wait, encode a later one.
+  if (!EncodeNext(lock)) cv_.wait(lock);
+  return Status::OK();
+}
+
+Status EncodePipeline::Push(const ChunkJob& job) {
+  std::unique_lock<std::mutex> lock(mu_);
+  Status s;
+  while (s.ok() && queued_ - delivered_ == ring_.size()) s = Step(lock);
+  if (s.ok()) {
+    Slot& slot = At(queued_++);
+    slot.job = job;
+    slot.done = false;
+    slot.error = Status::OK();
+    if (pool_.size() > 1) {
+      ++tasks_;
+      pool_.Submit([this] {
+        std::unique_lock<std::mutex> l(mu_);
+        (void)EncodeNext(l);  // a chunk the caller took meanwhile leaves nothing
+        --tasks_;
+        cv_.notify_all();
+      });
+    }
+    // Whatever is ready goes on at once, so that the disk never waits.
+    while (s.ok() && delivered_ < queued_ && At(delivered_).done) s = Deliver(lock);
+  }
+  if (s.ok()) return s;
+  lock.unlock();
+  Cancel();
+  return s;
+}
+
+Status EncodePipeline::Drain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  Status s;
+  while (s.ok() && delivered_ < queued_) s = Step(lock);
+  if (s.ok()) return s;
+  lock.unlock();
+  Cancel();
+  return s;
+}
+
+void EncodePipeline::Cancel() {
+  std::unique_lock<std::mutex> lock(mu_);
+  queued_ = claimed_;
+  cv_.wait(lock, [&] { return encoding_ == 0; });
+  delivered_ = claimed_ = queued_;
+}
+
+}  // namespace ckfmt

@@ -1,0 +1,105 @@
+// Compressed chunks of host data, encoded ahead and placed in order.
+//
+// A chunk's place in the file follows from the encoded sizes of the chunks
+// before it, so encoding in batches and then placing each batch leaves the
+// cores idle while the calling thread places and waits for staging. Here
+// pool workers start encoding each chunk as soon as it is queued, into a
+// ring of scratch buffers, while the calling thread hands finished chunks to
+// a sink strictly in queue order (so a file's bytes depend only on its
+// input) and, whenever the next chunk in order is not ready, encodes a later
+// one itself. Memory is the ring: a few encoded chunks, whatever the
+// checkpoint's size.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "ckfmt/codec.h"
+#include "thread_pool.h"
+
+namespace ckfmt {
+
+// One chunk to write: its raw bytes and the piece it belongs to.
+struct ChunkJob {
+  const uint8_t* src;
+  uint64_t size;
+  size_t element_size;
+  size_t entry, piece;  // IndexRecord::entries[entry].pieces[piece]
+};
+
+// What to store for a chunk.
+struct StoredChunk {
+  const uint8_t* data;  // the encoded bytes, or the job's source if stored raw
+  size_t size;
+  Codec codec;          // kNone where encoding did not shrink the chunk
+  uint64_t checksum;    // of the stored bytes
+};
+
+// Encodes one chunk as it is to be stored, into `scratch` (`capacity` >=
+// MaxEncodedSize(codec, job.size) bytes): with `codec`, except that byte
+// planes of 1-byte elements are plain zstd, and that a chunk encoding does
+// not shrink is stored raw (the result then points at job.src).
+Result<StoredChunk> EncodeForStorage(Codec codec, int level, const ChunkJob& job,
+                                     uint8_t* scratch, size_t capacity);
+
+class EncodePipeline {
+ public:
+  // Called on the thread that calls Push()/Drain(), once per chunk, in
+  // queue order; `stored.data` is valid only during the call.
+  using Sink = std::function<Status(const ChunkJob&, const StoredChunk& stored)>;
+
+  // `ring` >= 1 scratch buffers of MaxEncodedSize(codec, max_chunk) bytes.
+  EncodePipeline(ThreadPool& pool, Codec codec, int level, size_t ring, size_t max_chunk,
+                 Sink sink);
+  ~EncodePipeline();
+
+  // Queues a chunk, first handing finished ones to the sink, and encoding
+  // or waiting while the ring is full. The job's source must stay valid
+  // until the chunk reaches the sink (Drain() to be sure).
+  // On an error (an encode's or the sink's, in queue order) it Cancel()s
+  // and returns the error.
+  Status Push(const ChunkJob& job);
+  // Hands every queued chunk to the sink; on an error as Push().
+  Status Drain();
+  // Drops the queued chunks and waits for those being encoded: afterwards
+  // nothing reads a job's source any more.
+  void Cancel();
+
+ private:
+  struct Slot {
+    // Not zeroed: pages are touched by the encoder that first needs them,
+    // not by the constructor, while the first writes wait.
+    std::unique_ptr<uint8_t[]> scratch;
+    ChunkJob job{};
+    bool done = false;
+    Status error;
+    StoredChunk stored{};
+  };
+  Slot& At(uint64_t seq) { return ring_[seq % ring_.size()]; }
+  // Each takes and returns with mu_ held.
+  Status Step(std::unique_lock<std::mutex>& lock);   // some progress towards the next sink call
+  Status Deliver(std::unique_lock<std::mutex>& lock);  // the oldest chunk to the sink
+  bool EncodeNext(std::unique_lock<std::mutex>& lock);  // false: none waiting
+  void Encode(Slot& slot) const;
+
+  ThreadPool& pool_;
+  const Codec codec_;
+  const int level_;
+  const Sink sink_;
+  const size_t capacity_;  // of each scratch buffer
+  std::vector<Slot> ring_;
+  std::mutex mu_;
+  std::condition_variable cv_;  // an encode or a pool task finished
+  // Sequence numbers of chunks: delivered_ <= claimed_ <= queued_ <=
+  // delivered_ + ring size. [delivered_, claimed_) are being encoded or
+  // done, [claimed_, queued_) wait for an encoder.
+  uint64_t delivered_ = 0, claimed_ = 0, queued_ = 0;
+  size_t encoding_ = 0;  // claimed, not yet done
+  size_t tasks_ = 0;     // submitted to the pool, not yet finished
+};
+
+}  // namespace ckfmt
