@@ -4,12 +4,14 @@
 //
 //   ckfmt-bench-e2e [--dir DIR] [--size-gib 2] [--runs 5] [--codecs none,zstd,...] [--keep]
 //
-// Per run, in this order (so that drift of the virtual disk hits all rows
-// alike): raw io_uring O_DIRECT write + fsync, raw O_DIRECT read, memcpy,
-// then for each codec (default: none, zstd, byteplane-zstd; level 1) ckfmt
-// save and ckfmt load into preallocated tensors (in place). Before every
-// read the file's cached pages are dropped with posix_fadvise(DONTNEED);
-// reads use O_DIRECT as well.
+// Per run: raw io_uring O_DIRECT write + fsync, raw O_DIRECT read, memcpy,
+// an async save, then for each codec (default: none, zstd, byteplane-zstd;
+// level 1) ckfmt save next to a raw write, ckfmt load into preallocated
+// tensors (in place) next to a raw read of the same file, and verify. The
+// virtual disk's speed drifts and depends on the I/O just before, so every
+// save and load is paired with a raw transfer at the same moment, in
+// alternating order. Before every read the file's cached pages are dropped
+// with posix_fadvise(DONTNEED); reads use O_DIRECT as well.
 //
 // Throughput is logical bytes (tensor + blob bytes of the state dict) per
 // second of wall time; a save's time includes fsync, rename and directory
@@ -478,6 +480,11 @@ int main(int argc, char** argv) {
   struct CodecRows {
     ckfmt::Codec codec;
     Series save, load;
+    // Raw O_DIRECT write next to the save, in alternating order: a write's
+    // speed here depends on the writes just before it (the virtual disk
+    // absorbs a burst and then slows), so the save's baseline is the raw
+    // write at the same moment, as the load's is the raw read.
+    Series raw_write;
     // Raw O_DIRECT read of this very checkpoint file, next to its load: the
     // virtual disk serves recently written data faster, so only a read of
     // the same file at the same moment is a fair baseline for a load.
@@ -491,6 +498,7 @@ int main(int argc, char** argv) {
     std::string n(ckfmt::CodecName(uint8_t(c)));
     if (c != ckfmt::Codec::kNone) n += "-1";
     rows.push_back({c, Series{"ckfmt save (" + n + ")"}, Series{"ckfmt load (" + n + ", in place)"},
+                    Series{"raw write next to the " + n + " save"},
                     Series{"raw read of the " + n + " file (4MiB QD8)"},
                     Series{"ckfmt verify (" + n + ", file bytes)"}});
   }
@@ -561,6 +569,17 @@ int main(int argc, char** argv) {
                 s.name.c_str(), s.gibs.back(), secs, open_ms.back());
   };
 
+  // Writes the state's size in 4 MiB blocks to a fresh file.
+  auto do_raw_write = [&](Series& s, int run) {
+    RemoveAndSettle(raw_path);
+    const long d0 = DiskBusyMs(args.dir);
+    const double t = RawTransfer(raw_path, raw_bytes, /*write=*/true, rawio);
+    s.Busy(d0, DiskBusyMs(args.dir), t);
+    s.gibs.push_back(double(raw_bytes) / kGiB / t);
+    std::printf("  run %d: %-36s %6.3f GiB/s\n", run, s.name.c_str(), s.gibs.back());
+    RemoveAndSettle(raw_path);
+  };
+
   // Reads the whole 4 MiB blocks of `path`; GiB/s of stored bytes.
   auto do_raw_read = [&](const std::string& path, Series& s, int run) {
     DropCache(path);
@@ -628,14 +647,17 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     for (CodecRows& cr : rows) {
       const std::string path = args.dir + "/state_" + KeyName(cr.codec) + ".ckfmt";
+      // Alternate which write and which read goes first so that drift
+      // favours neither.
+      if (run % 2 == 1) do_raw_write(cr.raw_write, run);
       do_save(path, cr, run);
-      // Alternate which read goes first so that drift favours neither.
+      if (run % 2 == 0) do_raw_write(cr.raw_write, run);
       if (run % 2 == 0) do_load(path, cr.load, run);
       do_raw_read(path, cr.raw_read, run);
       if (run % 2 == 1) do_load(path, cr.load, run);
       do_verify(path, cr, run);
       if (cr.codec == ckfmt::Codec::kNone && !args.one_copy) do_load(path, warm_load, run, true);
-      if (!args.keep) std::filesystem::remove(path);
+      if (!args.keep) RemoveAndSettle(path);
       std::fflush(stdout);
     }
   }
@@ -679,15 +701,16 @@ int main(int argc, char** argv) {
   row(async_blocked, &mcp);
   row(warm_load, &mcp);
   for (const CodecRows& cr : rows) {
-    row(cr.save, &raw_w);
+    row(cr.raw_write, nullptr);
+    row(cr.save, &cr.raw_write);
     row(cr.raw_read, nullptr);
     row(cr.load, &cr.raw_read);
     row(cr.verify, &cr.raw_read);
   }
   std::sort(open_ms.begin(), open_ms.end());
-  std::printf("'vs raw' = median of the row / median of raw write (saves) or of the raw read of\n"
-              "         the same file next to the load (loads); of memcpy for the async and\n"
-              "         page-cache-warm rows;\n"
+  std::printf("'vs raw' = median of the row / median of the raw write next to the save (saves)\n"
+              "         or of the raw read of the same file next to the load (loads); of memcpy\n"
+              "         for the async and page-cache-warm rows;\n"
               "'paired' = median over runs of (the row's figure / the same run's raw figure).\n"
               "'+RSS' = max over runs of the peak RSS during the operation minus the RSS before it\n"
               "         (VmHWM, reset through /proc/self/clear_refs before each operation).\n"
@@ -730,8 +753,9 @@ int main(int argc, char** argv) {
   for (const CodecRows& cr : rows) {
     const std::string k = KeyName(cr.codec);
     kv("save_%s=%.3f", k.c_str(), cr.save.Median());
-    kv("save_%s_vs_raw=%.2f", k.c_str(), cr.save.Median() / raw_w.Median());
-    kv("save_%s_paired=%.2f", k.c_str(), paired(cr.save, raw_w));
+    kv("raw_write_%s=%.3f", k.c_str(), cr.raw_write.Median());
+    kv("save_%s_vs_raw=%.2f", k.c_str(), cr.save.Median() / cr.raw_write.Median());
+    kv("save_%s_paired=%.2f", k.c_str(), paired(cr.save, cr.raw_write));
     kv("load_%s=%.3f", k.c_str(), cr.load.Median());
     kv("raw_read_%s=%.3f", k.c_str(), cr.raw_read.Median());
     kv("load_%s_vs_raw=%.2f", k.c_str(), cr.load.Median() / cr.raw_read.Median());
