@@ -15,14 +15,18 @@
 
 #include "ckfmt/file_layout.h"
 #include "ckfmt/log.h"
+#include "io/buffer_cache.h"
 
 namespace ckfmt {
-
-void AlignedBuffer::Free::operator()(uint8_t* p) const { std::free(p); }
 
 namespace {
 constexpr size_t kHugePage = size_t{2} << 20;
 }  // namespace
+
+void AlignedBuffer::Free::operator()(uint8_t* p) const {
+  if (alloc >= kHugePage) return GiveCachedBuffer(p, alloc);
+  std::free(p);
+}
 
 AlignedBuffer::AlignedBuffer(size_t size) : size_(size) {
   // Buffers of a huge page or more are asked to be backed by huge pages. A
@@ -33,11 +37,14 @@ AlignedBuffer::AlignedBuffer(size_t size) : size_(size) {
   const bool huge = size >= kHugePage;
   const size_t align = huge ? kHugePage : kAlignment;
   size_t alloc = (std::max<size_t>(size, 1) + align - 1) / align * align;
-  auto* p = static_cast<uint8_t*>(std::aligned_alloc(align, alloc));
-  if (!p) throw std::bad_alloc();
-  if (huge) (void)::madvise(p, alloc, MADV_HUGEPAGE);
+  uint8_t* p = huge ? TakeCachedBuffer(alloc) : nullptr;
+  if (!p) {
+    p = static_cast<uint8_t*>(std::aligned_alloc(align, alloc));
+    if (!p) throw std::bad_alloc();
+    if (huge) (void)::madvise(p, alloc, MADV_HUGEPAGE);
+  }
   std::memset(p, 0, alloc);
-  data_.reset(p);
+  data_ = std::unique_ptr<uint8_t, Free>(p, Free(alloc));
 }
 
 File::File(File&& o) noexcept { *this = std::move(o); }
@@ -169,16 +176,22 @@ double CachedFraction(const File& file, uint64_t size) {
   if (size == 0) return 0;
   void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, file.fd(), 0);
   if (map == MAP_FAILED) return 0;
-  const long page = ::sysconf(_SC_PAGESIZE);
-  std::vector<unsigned char> resident((size + page - 1) / page);
-  double fraction = 0;
-  if (::mincore(map, size, resident.data()) == 0) {
-    size_t in = 0;
+  // A sample: asking for every page of a 2 GiB file took 22 ms, while the
+  // disk waited for the load to begin.
+  constexpr uint64_t kWindows = 64, kWindow = uint64_t{1} << 20;
+  const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
+  const uint64_t windows = size <= kWindows * kWindow ? 1 : kWindows;
+  const uint64_t len = windows == 1 ? size : kWindow;
+  const uint64_t stride = windows == 1 ? 0 : (size - len) / (windows - 1) / page * page;
+  std::vector<unsigned char> resident((len + page - 1) / page);
+  size_t in = 0, seen = 0;
+  for (uint64_t w = 0; w < windows; ++w) {
+    if (::mincore(static_cast<uint8_t*>(map) + w * stride, len, resident.data()) != 0) break;
     for (unsigned char r : resident) in += r & 1;
-    fraction = double(in) / double(resident.size());
+    seen += resident.size();
   }
   ::munmap(map, size);
-  return fraction;
+  return seen == 0 ? 0 : double(in) / double(seen);
 }
 
 std::string TemporaryPathFor(const std::string& path) {

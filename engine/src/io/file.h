@@ -9,7 +9,8 @@
 
 namespace ckfmt {
 
-// Memory aligned for O_DIRECT (4096 bytes), zero-initialised.
+// Memory aligned for O_DIRECT (4096 bytes), zero-initialised. Buffers of a
+// huge page or more come from, and go back to, the buffer cache.
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
@@ -19,6 +20,9 @@ class AlignedBuffer {
 
  private:
   struct Free {
+    Free() noexcept : alloc(0) {}
+    explicit Free(size_t n) noexcept : alloc(n) {}
+    size_t alloc;  // bytes allocated
     void operator()(uint8_t* p) const;
   };
   std::unique_ptr<uint8_t, Free> data_;
@@ -62,7 +66,8 @@ class File {
 };
 
 // The fraction of the file's first `size` bytes that sit in the page cache
-// (mmap + mincore); 0 if it cannot be told.
+// (mmap + mincore), estimated from 64 windows of 1 MiB spread over them
+// (every page of a smaller file); 0 if it cannot be told.
 double CachedFraction(const File& file, uint64_t size);
 
 // "<path>.tmp.<random>" in the same directory.

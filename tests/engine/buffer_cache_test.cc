@@ -1,0 +1,87 @@
+// Staging buffers kept between operations, and the page-cache probe that
+// picks a load's read path.
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "ckfmt/io_options.h"
+#include "io/buffer_cache.h"
+#include "io/file.h"
+#include "util/temp_dir.h"
+
+namespace ckfmt {
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+TEST(BufferCacheTest, AHugeBufferIsReusedAndZeroedAgain) {
+  ReleaseStagingCache();
+  uint8_t* first;
+  {
+    AlignedBuffer a(4 * kMiB);
+    first = a.data();
+    std::memset(a.data(), 0xab, a.size());
+  }
+  AlignedBuffer b(4 * kMiB);
+  EXPECT_EQ(b.data(), first) << "the freed buffer was not reused";
+  const std::vector<uint8_t> zeros(b.size(), 0);
+  EXPECT_EQ(std::memcmp(b.data(), zeros.data(), b.size()), 0) << "a reused buffer must be zeroed";
+  // Another size does not take it; small buffers are never kept.
+  AlignedBuffer c(6 * kMiB);
+  EXPECT_NE(c.data(), first);
+  ReleaseStagingCache();
+}
+
+TEST(BufferCacheTest, KeepsTheNewestWithinItsCapAndReleasesOnRequest) {
+  ReleaseStagingCache();
+  const size_t big = kBufferCacheBytes / 2 - kMiB;  // two fit, three do not
+  std::vector<uint8_t*> given;
+  for (int i = 0; i < 3; ++i) {
+    auto* p = static_cast<uint8_t*>(std::aligned_alloc(2 * kMiB, big));  // never touched
+    ASSERT_NE(p, nullptr);
+    given.push_back(p);
+    GiveCachedBuffer(p, big);
+  }
+  EXPECT_EQ(TakeCachedBuffer(big), given[2]);
+  EXPECT_EQ(TakeCachedBuffer(big), given[1]);
+  EXPECT_EQ(TakeCachedBuffer(big), nullptr) << "the oldest should have been freed";
+  GiveCachedBuffer(given[1], big);
+  GiveCachedBuffer(given[2], big);
+  // A buffer over the cap is freed at once.
+  GiveCachedBuffer(static_cast<uint8_t*>(std::aligned_alloc(2 * kMiB, 2 * kBufferCacheBytes)),
+                   2 * kBufferCacheBytes);
+  EXPECT_EQ(TakeCachedBuffer(2 * kBufferCacheBytes), nullptr);
+  ReleaseStagingCache();
+  EXPECT_EQ(TakeCachedBuffer(big), nullptr);
+}
+
+TEST(CachedFractionTest, TellsACachedFileFromADroppedOne) {
+  ckfmt_test::ScopedTempDir dir;
+  struct statfs fs{};
+  if (::statfs(dir.path().c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
+    GTEST_SKIP() << "tmpfs keeps every page in memory";
+  }
+  for (size_t size : {size_t{3} * kMiB, size_t{80} * kMiB}) {  // every page; sampled windows
+    const std::string path = dir.File("f" + std::to_string(size));
+    auto f = File::Create(path, /*direct=*/false);
+    ASSERT_TRUE(f.ok());
+    std::vector<uint8_t> bytes(size, 7);
+    ASSERT_TRUE(f->WriteAt(0, bytes.data(), size).ok());
+    ASSERT_TRUE(f->Sync().ok());
+    auto r = File::OpenRead(path, /*direct=*/false);
+    ASSERT_TRUE(r.ok());
+    EXPECT_GT(CachedFraction(*r, size), 0.9) << size;
+    ASSERT_EQ(::posix_fadvise(r->fd(), 0, 0, POSIX_FADV_DONTNEED), 0);
+    EXPECT_LT(CachedFraction(*r, size), 0.1) << size;
+  }
+}
+
+}  // namespace
+}  // namespace ckfmt
