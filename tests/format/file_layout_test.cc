@@ -264,7 +264,9 @@ TEST(ChecksumTest, CopyAndChecksumMatchesChecksumAtEverySize) {
     std::fill(dst.begin(), dst.end(), 0xEE);
     EXPECT_EQ(CopyAndChecksum(dst.data(), src.data(), n), Checksum(src.data(), n)) << n;
     EXPECT_TRUE(std::equal(src.begin(), src.begin() + n, dst.begin())) << n;
-    if (n < dst.size()) EXPECT_EQ(dst[n], 0xEE) << "wrote past " << n;
+    if (n < dst.size()) {
+      EXPECT_EQ(dst[n], 0xEE) << "wrote past " << n;
+    }
   }
 }
 
