@@ -19,8 +19,10 @@ namespace ckfmt {
 
 inline constexpr const char* kWriterVersion = "0.1.0";
 // Writes in flight at most for compressed saves. Each write extends the
-// file, and such O_DIRECT writes went fastest at low depth on ext4 here
-// (4 MiB each: 2.26 GiB/s at depth 2-4, 2.1 at 8, 1.7-1.9 at 11).
+// file, and ext4 runs extending O_DIRECT writes one at a time: a raw stream
+// of them went no faster deeper (4 MiB each: 2.26 GiB/s at depth 2-4, 2.1
+// at 8, 1.7-1.9 at 11; later A/B runs of whole saves at depth 2, 4, 8 and
+// unlimited were within the disk's noise), and fewer slots wait on the disk.
 inline constexpr size_t kCompressedWriteDepth = 4;
 
 class CheckpointWriter::Impl {
