@@ -10,8 +10,9 @@
 // tensors (in place) next to a raw read of the same file, and verify. The
 // virtual disk's speed drifts and depends on the I/O just before, so every
 // save and load is paired with a raw transfer at the same moment, in
-// alternating order, and writes follow an untimed warm-up write. Before every read the file's cached pages are dropped
-// with posix_fadvise(DONTNEED); reads use O_DIRECT as well.
+// alternating order, and writes follow an untimed warm-up write. Before
+// every read the file's cached pages are dropped with
+// posix_fadvise(DONTNEED); reads use O_DIRECT as well.
 //
 // Throughput is logical bytes (tensor + blob bytes of the state dict) per
 // second of wall time; a save's time includes fsync, rename and directory
@@ -481,9 +482,9 @@ int main(int argc, char** argv) {
     ckfmt::Codec codec;
     Series save, load;
     // Raw O_DIRECT write next to the save, in alternating order: a write's
-    // speed here depends on the writes just before it (the virtual disk
-    // absorbs a burst and then slows), so the save's baseline is the raw
-    // write at the same moment, as the load's is the raw read.
+    // speed here depends on the I/O just before it (see warm_up_writes), so
+    // the save's baseline is the raw write at the same moment, as the
+    // load's is the raw read.
     Series raw_write;
     // Raw O_DIRECT read of this very checkpoint file, next to its load: the
     // virtual disk serves recently written data faster, so only a read of

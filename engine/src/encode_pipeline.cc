@@ -91,16 +91,17 @@ Status EncodePipeline::Push(const ChunkJob& job) {
     // Whatever is ready goes on at once, so that the disk never waits.
     while (s.ok() && delivered_ < queued_ && At(delivered_).done) s = Deliver(lock);
   }
-  if (s.ok()) return s;
-  lock.unlock();
-  Cancel();
-  return s;
+  return CancelOnError(lock, s);
 }
 
 Status EncodePipeline::Drain() {
   std::unique_lock<std::mutex> lock(mu_);
   Status s;
   while (s.ok() && delivered_ < queued_) s = Step(lock);
+  return CancelOnError(lock, s);
+}
+
+Status EncodePipeline::CancelOnError(std::unique_lock<std::mutex>& lock, Status s) {
   if (s.ok()) return s;
   lock.unlock();
   Cancel();

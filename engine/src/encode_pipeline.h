@@ -84,6 +84,8 @@ class EncodePipeline {
   Status Step(std::unique_lock<std::mutex>& lock);   // some progress towards the next sink call
   Status Deliver(std::unique_lock<std::mutex>& lock);  // the oldest chunk to the sink
   bool EncodeNext(std::unique_lock<std::mutex>& lock);  // false: none waiting
+  // Returns `s`; on an error first releases the lock and Cancel()s.
+  Status CancelOnError(std::unique_lock<std::mutex>& lock, Status s);
   void Encode(Slot& slot) const;
 
   ThreadPool& pool_;
