@@ -8,6 +8,7 @@
 
 #include <map>
 
+#include "ckfmt/checksum.h"
 #include "ckfmt/log.h"
 #include "device/device_ops.h"
 #include "io/file.h"
@@ -151,7 +152,7 @@ class AsyncSaver::Impl {
     }
     pool_.ParallelFor(slices.size(), [&](size_t i) {
       auto [s, d, n] = slices[i];
-      std::memcpy(d, s, n);
+      CopyUncached(d, s, n);  // the arena is read by the background write
     });
     if (Status s = WaitAll(fences); !s.ok()) return s.WithContext(path);
     size_t next = 0;

@@ -119,7 +119,7 @@ Status ProcessChunk(const File& file, const ChunkTask& t, const uint8_t* stored,
     // staging slot). A mismatch leaves the destination's bytes unspecified,
     // as any failed load does.
     if (!verify) {
-      std::memcpy(t.copies[0].dst, stored, c.raw_size);
+      CopyUncached(t.copies[0].dst, stored, c.raw_size);
       return Status::OK();
     }
     uint64_t sum = CopyAndChecksum(t.copies[0].dst, stored, c.raw_size);

@@ -2,30 +2,91 @@
 
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
 namespace ckfmt {
+namespace {
+
+// Small enough to stay in L1/L2 between the copy and the hash, large enough
+// that the per-block overhead of the streaming state is noise.
+constexpr size_t kBlock = 64 << 10;
+// Below this, a copy's destination may well be read again soon; above it,
+// streaming stores skip reading each destination line before overwriting
+// it and leave the cache to the next blocks.
+constexpr size_t kMinStreamed = 256 << 10;
+
+// memcpy with non-temporal stores, ordered by a fence at the end.
+void StreamBlock(uint8_t* __restrict d, const uint8_t* __restrict s, size_t n) {
+#if defined(__SSE2__)
+  const size_t head = (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16;
+  if (n < head + 64) {
+    std::memcpy(d, s, n);
+    return;
+  }
+  std::memcpy(d, s, head);
+  size_t i = head;
+  for (; i + 64 <= n; i += 64) {
+    const auto* in = reinterpret_cast<const __m128i*>(s + i);
+    auto* out = reinterpret_cast<__m128i*>(d + i);
+    __m128i a = _mm_loadu_si128(in), b = _mm_loadu_si128(in + 1);
+    __m128i c = _mm_loadu_si128(in + 2), e = _mm_loadu_si128(in + 3);
+    _mm_stream_si128(out, a);
+    _mm_stream_si128(out + 1, b);
+    _mm_stream_si128(out + 2, c);
+    _mm_stream_si128(out + 3, e);
+  }
+  std::memcpy(d + i, s + i, n - i);
+#else
+  std::memcpy(d, s, n);
+#endif
+}
+
+void StoreFence() {
+#if defined(__SSE2__)
+  _mm_sfence();  // streaming stores are weakly ordered
+#endif
+}
+
+}  // namespace
 
 uint64_t Checksum(const void* data, size_t size) { return XXH3_64bits(data, size); }
 
+void CopyUncached(void* dst, const void* src, size_t size) {
+  if (size < kMinStreamed) {
+    std::memcpy(dst, src, size);
+    return;
+  }
+  StreamBlock(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), size);
+  StoreFence();
+}
+
 uint64_t CopyAndChecksum(void* dst, const void* src, size_t size) {
-  // Small enough to stay in L2 between the copy and the hash, large enough
-  // that the per-block overhead of the streaming state is noise.
-  constexpr size_t kBlock = 64 << 10;
   if (size <= kBlock) {
     std::memcpy(dst, src, size);
     return XXH3_64bits(dst, size);
   }
+  const bool stream = size >= kMinStreamed;
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
   auto* d = static_cast<uint8_t*>(dst);
   const auto* s = static_cast<const uint8_t*>(src);
   for (size_t off = 0; off < size; off += kBlock) {
     size_t n = size - off < kBlock ? size - off : kBlock;
-    std::memcpy(d + off, s + off, n);
-    XXH3_64bits_update(&state, d + off, n);
+    if (stream) {
+      // The source block is in cache after the copy; the destination is not.
+      StreamBlock(d + off, s + off, n);
+      XXH3_64bits_update(&state, s + off, n);
+    } else {
+      std::memcpy(d + off, s + off, n);
+      XXH3_64bits_update(&state, d + off, n);
+    }
   }
+  if (stream) StoreFence();
   return XXH3_64bits_digest(&state);
 }
 

@@ -270,4 +270,25 @@ TEST(ChecksumTest, CopyAndChecksumMatchesChecksumAtEverySize) {
   }
 }
 
+TEST(ChecksumTest, LargeCopiesMatchAtEveryDestinationAlignment) {
+  // Large copies take the streaming-store path, which aligns its stores.
+  std::vector<uint8_t> src((1 << 20) + 77), dst(src.size() + 32);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t(i * 2654435761u >> 11);
+  for (size_t shift : {0ul, 1ul, 7ul, 15ul, 16ul, 31ul}) {
+    for (size_t n : {(256ul << 10), (256ul << 10) + 13, src.size()}) {
+      std::fill(dst.begin(), dst.end(), 0xEE);
+      EXPECT_EQ(CopyAndChecksum(dst.data() + shift, src.data(), n), Checksum(src.data(), n));
+      EXPECT_TRUE(std::equal(src.begin(), src.begin() + n, dst.begin() + shift)) << shift << " " << n;
+      EXPECT_EQ(dst[shift + n], 0xEE) << "wrote past " << n;
+      if (shift > 0) {
+        EXPECT_EQ(dst[shift - 1], 0xEE) << "wrote before the destination";
+      }
+      std::fill(dst.begin(), dst.end(), 0xEE);
+      CopyUncached(dst.data() + shift, src.data(), n);
+      EXPECT_TRUE(std::equal(src.begin(), src.begin() + n, dst.begin() + shift)) << shift << " " << n;
+      EXPECT_EQ(dst[shift + n], 0xEE) << "wrote past " << n;
+    }
+  }
+}
+
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "ckfmt/checksum.h"
 #include "ckfmt/file_layout.h"
 
 namespace ckfmt {
@@ -98,7 +99,7 @@ Status StagedOutput::Append(const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);
   while (n > 0) {
     size_t take = std::min(n, block_size_ - fill_);
-    std::memcpy(slots_[current_].data() + fill_, p, take);
+    CopyUncached(slots_[current_].data() + fill_, p, take);  // next read by the disk
     fill_ += take;
     p += take;
     n -= take;

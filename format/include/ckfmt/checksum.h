@@ -10,8 +10,16 @@ uint64_t Checksum(const void* data, size_t size);
 
 // Copies `size` bytes from `src` to `dst` and returns Checksum() of them, in
 // one pass: each cache-sized block is hashed while it is still in cache,
-// so staging copies do not read memory twice.
-// REQUIRES: the ranges do not overlap.
+// so staging copies do not read memory twice. Large copies store around
+// the cache, as CopyUncached() does, and hash the source block just read.
+// REQUIRES: the ranges do not overlap, and `src` does not change meanwhile.
 uint64_t CopyAndChecksum(void* dst, const void* src, size_t size);
+
+// memcpy for bulk transfers between staging and tensors, whose destination
+// is not read again soon: from 256 KiB up it uses non-temporal stores,
+// which do not read each destination line before overwriting it (a third
+// of a cached copy's memory traffic, which a VM's disk I/O competes for)
+// and do not evict what the cache holds. REQUIRES: no overlap.
+void CopyUncached(void* dst, const void* src, size_t size);
 
 }  // namespace ckfmt
