@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <future>
 #include <map>
 #include <random>
 #include <vector>
@@ -178,6 +180,50 @@ TEST_P(RunScanTest, HandsEveryItemItsBytesOnceAndIsReusableAfterAFailure) {
   job.on_item = good;
   ASSERT_TRUE(RunScan(*file, **staging, job, pool).ok());
   for (auto& x : seen) ASSERT_EQ(x.load(), 1);
+}
+
+// Requests that hold no items (gaps read through) finish as soon as their
+// read does; when the last ones are such requests, the worker that takes
+// their reads ends the scan and every other worker must notice. A hang
+// here is the failure, so the scans run under a deadline.
+TEST_P(RunScanTest, EndsWhenTheLastRequestsHoldNoItems) {
+  ckfmt_test::ScopedTempDir dir;
+  const size_t pages = 64;
+  auto file = File::OpenRead(MakeFile(dir, pages), /*direct=*/true);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  IoOptions io;
+  io.backend = GetParam();
+  io.staging_bytes = 8 * kPage;
+  auto staging = ScanStaging::Create(*file, io, pages * kPage, 2 * kPage);
+  ASSERT_TRUE(staging.ok());
+  ThreadPool pool(4);
+  ScanJob job;
+  for (size_t p = 0; p < pages; p += 2) {
+    // Items only in the first half: the second half's requests are gaps.
+    const size_t items = p < pages / 2 ? 1 : 0;
+    job.requests.push_back({p * kPage, (p + 2) * kPage, job.item_begin.size(),
+                            job.item_begin.size() + items});
+    if (items) job.item_begin.push_back(p * kPage);
+  }
+  std::atomic<size_t> handled{0};
+  job.on_item = [&](size_t, const uint8_t*, unsigned) {
+    ++handled;
+    return Status::OK();
+  };
+  auto scans = std::async(std::launch::async, [&] {
+    for (int i = 0; i < 200; ++i) {
+      Status s = RunScan(*file, **staging, job, pool);
+      if (!s.ok()) return s;
+    }
+    return Status::OK();
+  });
+  if (scans.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    ADD_FAILURE() << "RunScan did not return within 60 s";
+    std::_Exit(1);  // the scan's threads cannot be joined
+  }
+  Status s = scans.get();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(handled.load(), 200u * pages / 4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, RunScanTest,
