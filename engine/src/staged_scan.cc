@@ -118,21 +118,18 @@ void ParallelScan::Loop(unsigned worker, bool reports) {
       lk.lock();
       continue;
     }
-    // The ring first, before every job: finished reads are taken and their
-    // staging goes back to the disk at once. A disk serves the requests in
-    // flight together, so several finish at about the same time; taken one
-    // per job, the rest would wait behind copies while the disk idles.
-    if (!ring_busy_ && (CanSubmit() || in_flight_ > 0)) {
-      DriveRing(lk, /*wait=*/jobs_.empty());  // blocks only with nothing else to do
-      if (jobs_.empty()) continue;  // the scan may have ended or failed meanwhile
-    }
-    if (!jobs_.empty()) {
+    // Reads first: freed staging goes back to the disk before more work.
+    if (!ring_busy_ && CanSubmit()) {
+      DriveRing(lk, /*wait=*/jobs_.empty());
+    } else if (!jobs_.empty()) {
       Job j = jobs_.front();
       jobs_.pop_front();
       lk.unlock();
       Status s = RunJob(j, worker);
       lk.lock();
       FinishJob(j, s);
+    } else if (!ring_busy_ && in_flight_ > 0) {
+      DriveRing(lk, /*wait=*/true);
     } else {
       cv_.wait(lk);
     }
@@ -145,60 +142,51 @@ void ParallelScan::Loop(unsigned worker, bool reports) {
   cv_.notify_all();  // a failure ends every loop
 }
 
-// Submits what free staging allows and takes every finished read, waiting
-// for one first if `wait` and none has finished; repeats while taking reads
-// frees staging for more.
+// Submits what free staging allows and, if `wait`, takes one completed read.
 void ParallelScan::DriveRing(std::unique_lock<std::mutex>& lk, bool wait) {
   ring_busy_ = true;
   std::vector<std::pair<int, size_t>> batch;  // (tag, request)
-  std::vector<BlockIo::Completion> done;
-  for (bool again = true; again && status_.ok();) {
-    batch.clear();
-    while (CanSubmit()) {
-      if (Big(next_)) {
-        big_busy_ = true;
-        jobs_.push_back({next_++, kWholeRequest, nullptr});
-        cv_.notify_all();
-        continue;
-      }
-      req_buf_[next_] = ring_.Take(Size(next_));
-      bytes_in_flight_ += Size(next_);
-      tag_req_[free_tags_.back()] = next_;
-      batch.push_back({free_tags_.back(), next_++});
-      free_tags_.pop_back();
+  while (CanSubmit()) {
+    if (Big(next_)) {
+      big_busy_ = true;
+      jobs_.push_back({next_++, kWholeRequest, nullptr});
+      cv_.notify_all();
+      continue;
     }
-    // Outside the lock: the pread backend reads at submission.
-    lk.unlock();
-    Status st;
-    size_t submitted = 0;
-    for (auto [tag, r] : batch) {
-      const ScanRequest& q = job_.requests[r];
-      st = io_.SubmitReadTo(tag, const_cast<uint8_t*>(req_buf_[r]), q.begin, q.end - q.begin);
-      if (!st.ok()) break;
-      ++submitted;
+    req_buf_[next_] = ring_.Take(Size(next_));
+    bytes_in_flight_ += Size(next_);
+    tag_req_[free_tags_.back()] = next_;
+    batch.push_back({free_tags_.back(), next_++});
+    free_tags_.pop_back();
+  }
+  // Outside the lock: the pread backend reads at submission.
+  lk.unlock();
+  Status st;
+  size_t submitted = 0;
+  for (auto [tag, r] : batch) {
+    const ScanRequest& q = job_.requests[r];
+    st = io_.SubmitReadTo(tag, const_cast<uint8_t*>(req_buf_[r]), q.begin, q.end - q.begin);
+    if (!st.ok()) break;
+    ++submitted;
+  }
+  BlockIo::Completion c{-1, Status::OK()};
+  bool got = st.ok() && wait && io_.in_flight() > 0;
+  if (got) c = io_.Wait();
+  lk.lock();
+  in_flight_ += submitted;
+  Fail(st);
+  if (got) {
+    --in_flight_;
+    if (c.status.ok() && (c.slot < 0 || size_t(c.slot) >= tag_req_.size())) {
+      c.status = Status::Internal("read completed with an unknown tag");
     }
-    done.clear();
-    if (st.ok()) {
-      if (wait && io_.in_flight() > 0 && !io_.Ready()) done.push_back(io_.Wait());
-      while (io_.in_flight() > 0 && io_.Ready()) done.push_back(io_.Wait());
-    }
-    lk.lock();
-    in_flight_ += submitted;
-    in_flight_ -= done.size();
-    Fail(st);
-    for (BlockIo::Completion& c : done) {
-      if (c.status.ok() && (c.slot < 0 || size_t(c.slot) >= tag_req_.size())) {
-        c.status = Status::Internal("read completed with an unknown tag");
-      }
-      Fail(c.status);
-      if (!c.status.ok()) continue;
+    Fail(c.status);
+    if (c.status.ok()) {
       free_tags_.push_back(c.slot);
       const size_t r = tag_req_[c.slot];
       bytes_in_flight_ -= Size(r);
       QueueItems(r, req_buf_[r]);
     }
-    again = !done.empty() && CanSubmit();
-    wait = false;
   }
   ring_busy_ = false;
   cv_.notify_all();
