@@ -227,6 +227,26 @@ TEST(BytePlaneCodecTest, ZstdPlanesAreStandardFrames) {
   }
 }
 
+// Raw planes hold byte p of every element, in order, at every length
+// around the split's vector blocks (64 elements) and their tails.
+TEST(BytePlaneCodecTest, RawPlanesHoldEachElementsBytes) {
+  for (size_t esize : {size_t{2}, size_t{3}, size_t{4}, size_t{8}}) {
+    for (size_t n : {size_t{63}, size_t{64}, size_t{65}, size_t{127}, size_t{200}, size_t{4111}}) {
+      std::string raw = RandomBytes(n * esize, 7 * n + esize);  // every plane stays raw
+      std::string stored = Encode(Codec::kBytePlaneZstd, raw, 1, esize);
+      ASSERT_EQ(stored.size(), 2 + 5 * esize + raw.size()) << "esize=" << esize << " n=" << n;
+      const char* planes = stored.data() + 2 + 5 * esize;
+      for (size_t p = 0; p < esize; ++p) {
+        ASSERT_EQ(stored[2 + 5 * p], 0) << "plane " << p << " is not raw";
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(planes[p * n + i], raw[i * esize + p])
+              << "esize=" << esize << " n=" << n << " plane " << p << " element " << i;
+        }
+      }
+    }
+  }
+}
+
 // The ratios the fast path must keep on training-state values: bf16
 // weights, fp32 AdamW exp_avg and exp_avg_sq.
 TEST(BytePlaneCodecTest, FastLevelRatioOnTrainingLikeValues) {
