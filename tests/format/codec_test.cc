@@ -229,7 +229,7 @@ TEST(BytePlaneCodecTest, ZstdPlanesAreStandardFrames) {
 
 // Raw planes hold byte p of every element, in order, at every length
 // around the split's vector blocks (64 elements) and their tails.
-TEST(BytePlaneCodecTest, RawPlanesHoldEachElementsBytes) {
+TEST(BytePlaneCodecTest, RawPlanesHoldEachElementsBytesAndJoinBack) {
   for (size_t esize : {size_t{2}, size_t{3}, size_t{4}, size_t{8}}) {
     for (size_t n : {size_t{63}, size_t{64}, size_t{65}, size_t{127}, size_t{200}, size_t{4111}}) {
       std::string raw = RandomBytes(n * esize, 7 * n + esize);  // every plane stays raw
@@ -243,6 +243,11 @@ TEST(BytePlaneCodecTest, RawPlanesHoldEachElementsBytes) {
               << "esize=" << esize << " n=" << n << " plane " << p << " element " << i;
         }
       }
+      // And back: the join interleaves them again, vector blocks and tail.
+      std::string back(raw.size(), '\0');
+      ASSERT_TRUE(DecodeChunk(uint8_t(Codec::kBytePlaneZstd), stored.data(), stored.size(),
+                              back.data(), back.size()).ok());
+      ASSERT_EQ(back, raw) << "esize=" << esize << " n=" << n;
     }
   }
 }
