@@ -9,8 +9,46 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#if defined(CKFMT_HAVE_XXH_DISPATCH)
+#include <immintrin.h>
+// libxxhash's XXH3 with the widest vectors the CPU has (AVX-512, AVX2 or
+// SSE2, chosen at run time): the same hash, over twice as fast as the
+// SSE2-only inline build on AVX-512 machines. Declared here rather than
+// through xxh_x86dispatch.h, whose types clash with XXH_INLINE_ALL's.
+extern "C" unsigned long long XXH3_64bits_dispatch(const void* input, size_t len);
+extern "C" int XXH3_64bits_update_dispatch(void* state, const void* input, size_t len);
+#endif
+
 namespace ckfmt {
 namespace {
+
+#if defined(CKFMT_HAVE_XXH_DISPATCH)
+// The dispatched code leaves the upper halves of the vector registers
+// dirty; SSE code running afterwards (ours, zstd's) then pays a false
+// dependency on every instruction, measured at 3.6x slower. vzeroupper
+// clears them; it needs AVX, which any CPU dirtying them has.
+__attribute__((target("avx"))) void ClearUpperVectors() { _mm256_zeroupper(); }
+bool HasAvx() {
+  static const bool has = __builtin_cpu_supports("avx");
+  return has;
+}
+
+uint64_t Hash(const void* data, size_t size) {
+  uint64_t h = XXH3_64bits_dispatch(data, size);
+  if (HasAvx()) ClearUpperVectors();
+  return h;
+}
+
+void HashUpdate(XXH3_state_t* state, const void* data, size_t size) {
+  (void)XXH3_64bits_update_dispatch(state, data, size);
+  if (HasAvx()) ClearUpperVectors();
+}
+#else
+uint64_t Hash(const void* data, size_t size) { return XXH3_64bits(data, size); }
+void HashUpdate(XXH3_state_t* state, const void* data, size_t size) {
+  (void)XXH3_64bits_update(state, data, size);
+}
+#endif
 
 // Small enough to stay in L1/L2 between the copy and the hash, large enough
 // that the per-block overhead of the streaming state is noise.
@@ -54,7 +92,7 @@ void StoreFence() {
 
 }  // namespace
 
-uint64_t Checksum(const void* data, size_t size) { return XXH3_64bits(data, size); }
+uint64_t Checksum(const void* data, size_t size) { return Hash(data, size); }
 
 void CopyUncached(void* dst, const void* src, size_t size) {
   if (size < kMinStreamed) {
@@ -68,7 +106,7 @@ void CopyUncached(void* dst, const void* src, size_t size) {
 uint64_t CopyAndChecksum(void* dst, const void* src, size_t size) {
   if (size <= kBlock) {
     std::memcpy(dst, src, size);
-    return XXH3_64bits(dst, size);
+    return Hash(dst, size);
   }
   const bool stream = size >= kMinStreamed;
   XXH3_state_t state;
@@ -80,10 +118,10 @@ uint64_t CopyAndChecksum(void* dst, const void* src, size_t size) {
     if (stream) {
       // The source block is in cache after the copy; the destination is not.
       StreamBlock(d + off, s + off, n);
-      XXH3_64bits_update(&state, s + off, n);
+      HashUpdate(&state, s + off, n);
     } else {
       std::memcpy(d + off, s + off, n);
-      XXH3_64bits_update(&state, d + off, n);
+      HashUpdate(&state, d + off, n);
     }
   }
   if (stream) StoreFence();

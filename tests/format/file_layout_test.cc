@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "ckfmt/checksum.h"
@@ -254,6 +255,22 @@ TEST(ChecksumTest, IsXxh3SeedZero) {
   const char abc[] = "abc";
   EXPECT_EQ(Checksum(abc, 3), 0x78AF5F94892F3950ull);
   EXPECT_NE(Checksum("abd", 3), Checksum(abc, 3));
+}
+
+TEST(ChecksumTest, LongInputsMatchTheScalarReference) {
+  // Above 240 bytes XXH3 runs its vector loop, which may be SSE2, AVX2 or
+  // AVX-512 depending on the build and the CPU; the values are the
+  // portable scalar code's.
+  std::vector<uint8_t> b((1 << 20) + 77), dst(b.size());
+  for (size_t i = 0; i < b.size(); ++i) b[i] = uint8_t(i * 2654435761u >> 11);
+  const std::pair<size_t, uint64_t> known[] = {
+      {241, 0xE1B13E283F955891ull},    {1024, 0x7809D9A56AD93DDFull},
+      {1025, 0x2B6DB20917198AE5ull},   {100000, 0xD2E038F9EE30079Eull},
+      {b.size(), 0x630EBE03E459A7B4ull}};
+  for (const auto& [n, h] : known) {
+    EXPECT_EQ(Checksum(b.data(), n), h) << n;
+    EXPECT_EQ(CopyAndChecksum(dst.data(), b.data(), n), h) << n;
+  }
 }
 
 TEST(ChecksumTest, CopyAndChecksumMatchesChecksumAtEverySize) {
