@@ -67,23 +67,33 @@ class AsyncSaver::Impl {
     return r;
   }
 
+  Status Prepare(const Value& sd) {
+    if (!sd.is_dict()) return Status::InvalidArgument("Prepare: the state dict must be a dict");
+    (void)Join();  // the arena may move; an error stays for SaveAsync()/Wait()
+    CKFMT_ASSIGN_OR_RETURN(Plan plan, PlanSnapshot(sd, "Prepare"));
+    return ReadyArena(plan, "Prepare");
+  }
+
   bool busy() const { return running_; }
   double blocked() const { return blocked_; }
+  uint64_t reserved() const { return arena_.size(); }
 
  private:
-  // Copies every tensor into the arena; the snapshot's tensors view it.
-  // Device tensors are copied device -> arena (pinned while it holds
-  // device data) on a stream per device, while the host tensors are copied
-  // on the pool; both are complete when this returns.
-  Result<Value> Snapshot(const Value& sd, const std::string& path) {
-    struct Item {
-      const Tensor* src;
-      uint64_t offset;
-      KeyPath key;
-    };
+  struct Item {
+    const Tensor* src;
+    uint64_t offset;
+    KeyPath key;
+  };
+  // Where each tensor goes in the arena, and the device whose copies need
+  // it pinned (nullptr: host tensors only).
+  struct Plan {
     std::vector<Item> items;
     uint64_t total = 0;
     DeviceOps* ops = nullptr;
+  };
+
+  Result<Plan> PlanSnapshot(const Value& sd, const std::string& path) {
+    Plan plan;
     Status bad;
     VisitValues(sd, [&](const KeyPath& p, const Value& v) {
       if (!v.is_tensor() || !bad.ok()) return;
@@ -94,12 +104,20 @@ class AsyncSaver::Impl {
           bad = o.status().WithContext(path + ": " + FormatKeyPath(p));
           return;
         }
-        ops = *o;
+        plan.ops = *o;
       }
-      items.push_back({&t, total, p});
-      total += (t.nbytes() + 63) / 64 * 64;
+      plan.items.push_back({&t, plan.total, p});
+      plan.total += (t.nbytes() + 63) / 64 * 64;
     });
     CKFMT_RETURN_IF_ERROR(bad);
+    return plan;
+  }
+
+  // Grows the arena to the plan's size (fresh memory is faulted in here)
+  // and pins it for the plan's device.
+  Status ReadyArena(const Plan& plan, const std::string& path) {
+    const uint64_t total = plan.total;
+    DeviceOps* ops = plan.ops;
     if (arena_.size() < total) {
       arena_pins_.Clear();  // unpin before the memory goes
       pinned_for_ = nullptr;
@@ -117,6 +135,18 @@ class AsyncSaver::Impl {
                                 .WithContext(path + ": pinning the snapshot arena"));
       pinned_for_ = ops;
     }
+    return Status::OK();
+  }
+
+  // Copies every tensor into the arena; the snapshot's tensors view it.
+  // Device tensors are copied device -> arena (pinned while it holds
+  // device data) on a stream per device, while the host tensors are copied
+  // on the pool; both are complete when this returns.
+  Result<Value> Snapshot(const Value& sd, const std::string& path) {
+    CKFMT_ASSIGN_OR_RETURN(Plan plan, PlanSnapshot(sd, path));
+    CKFMT_RETURN_IF_ERROR(ReadyArena(plan, path));
+    const std::vector<Item>& items = plan.items;
+    DeviceOps* ops = plan.ops;
     // Device copies first, so they run while the host copies do.
     std::vector<std::pair<const Item*, uint64_t>> fences;  // (item, fence on its stream)
     for (const Item& it : items) {
@@ -219,7 +249,9 @@ AsyncSaver::~AsyncSaver() = default;
 Status AsyncSaver::SaveAsync(const std::string& path, const Value& sd, const SaveOptions& o) {
   return impl_->SaveAsync(path, sd, o);
 }
+Status AsyncSaver::Prepare(const Value& sd) { return impl_->Prepare(sd); }
 Result<WriteStats> AsyncSaver::Wait() { return impl_->Wait(); }
+uint64_t AsyncSaver::reserved_bytes() const { return impl_->reserved(); }
 bool AsyncSaver::busy() const { return impl_->busy(); }
 double AsyncSaver::last_blocked_seconds() const { return impl_->blocked(); }
 

@@ -157,6 +157,44 @@ TEST(AsyncSaveTest, NonHostTensorIsRefusedAtOnce) {
   EXPECT_FALSE(saver.busy());
 }
 
+// Sum of the state's tensor bytes.
+uint64_t TensorBytes(const Value& v) {
+  uint64_t n = 0;
+  VisitValues(v, [&](const KeyPath&, const Value& x) {
+    if (x.is_tensor()) n += x.as_tensor().nbytes();
+  });
+  return n;
+}
+
+TEST(AsyncSaveTest, PrepareSetsUpTheSnapshotMemoryTheSaveUses) {
+  ScopedTempDir dir;
+  Value live = MakeRichStateDict(36);
+  AsyncSaver saver;
+  EXPECT_EQ(saver.reserved_bytes(), 0u);
+  CKFMT_ASSERT_OK(saver.Prepare(live));
+  const uint64_t reserved = saver.reserved_bytes();
+  EXPECT_GE(reserved, TensorBytes(live));
+  EXPECT_FALSE(saver.busy());
+  EXPECT_FALSE(saver.Wait().ok()) << "Prepare() saves nothing";
+  Value snapshot = Copy(live);
+  CKFMT_ASSERT_OK(saver.SaveAsync(dir.File("p"), live, SmallSaveOptions()));
+  EXPECT_EQ(saver.reserved_bytes(), reserved) << "the save needed more than Prepare() set up";
+  Scribble(live);
+  // A Prepare() during a save waits for it, and leaves its result to Wait().
+  CKFMT_ASSERT_OK(saver.Prepare(live));
+  EXPECT_FALSE(saver.busy());
+  CKFMT_ASSERT_OK(saver.Wait());
+  Value loaded = Dict{};
+  CKFMT_ASSERT_OK(ckfmt::Load(dir.File("p"), &loaded));
+  EXPECT_TRUE(ValuesBitwiseEqual(snapshot, loaded));
+}
+
+TEST(AsyncSaveTest, PrepareRefusesANonDict) {
+  AsyncSaver saver;
+  EXPECT_EQ(saver.Prepare(Value(int64_t{3})).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(saver.reserved_bytes(), 0u);
+}
+
 TEST(AsyncSaveTest, DestructorFinishesTheInFlightSave) {
   ScopedTempDir dir;
   const std::string path = dir.File("d.ckfmt");

@@ -11,6 +11,7 @@
 // SaveAsync() or Wait().
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -39,6 +40,14 @@ class AsyncSaver {
   Status SaveAsync(const std::string& path, const Value& state_dict,
                    const SaveOptions& options = {});
 
+  // Sets up the snapshot memory that SaveAsync(state_dict) will use (and
+  // pins it, for CUDA tensors), so that the first snapshot is a copy only.
+  // Fresh memory is slow to fault in: 2 GiB took 1.3-4.5 s on a VM where
+  // the copy itself takes 0.1 s. Call it at start-up, outside the training
+  // loop; optional. Waits for an in-flight save first (whose result stays
+  // for SaveAsync() or Wait()). REQUIRES: as SaveAsync().
+  Status Prepare(const Value& state_dict);
+
   // Waits for the in-flight save (if any) and returns its result; with
   // nothing in flight, returns the last save's result or an error saying
   // nothing was saved.
@@ -47,6 +56,8 @@ class AsyncSaver {
   bool busy() const;
   // Seconds the last SaveAsync() blocked its caller (snapshot copy).
   double last_blocked_seconds() const;
+  // Bytes of snapshot memory held for the next save (kept between saves).
+  uint64_t reserved_bytes() const;
 
   class Impl;
 
