@@ -31,10 +31,11 @@ std::string ChunkChecker::Check(const ChunkRecord& c, const uint8_t* stored) {
 bool ChunkChecker::Fine(const ChunkRecord& c, const uint8_t* stored) {
   if (Checksum(stored, c.stored_size) != c.checksum || !IsKnownCodec(c.codec)) return false;
   if (c.codec == uint8_t(Codec::kNone)) return true;
-  raw_.resize(c.raw_size);
   if (c.codec == uint8_t(Codec::kBytePlaneZstd)) {
-    return DecodeChunk(c.codec, stored, c.stored_size, raw_.data(), raw_.size()).ok();
+    // Whether it decodes; the joined bytes themselves are not needed.
+    return DecodeBytePlanes(stored, c.stored_size, nullptr, c.raw_size).ok();
   }
+  raw_.resize(c.raw_size);
   // zstd: exactly one regular frame, nothing after it, a window the
   // streaming decoder accepts, decoding to exactly raw_size bytes.
   ZSTD_frameHeader fh;
@@ -59,8 +60,7 @@ std::string ChunkChecker::Explain(const ChunkRecord& c, const uint8_t* stored) {
   }
   if (!IsKnownCodec(c.codec)) return "unknown codec id " + std::to_string(c.codec);
   if (c.codec == uint8_t(Codec::kBytePlaneZstd)) {
-    raw_.resize(c.raw_size);
-    Status s = DecodeChunk(c.codec, stored, c.stored_size, raw_.data(), raw_.size());
+    Status s = DecodeBytePlanes(stored, c.stored_size, nullptr, c.raw_size);
     return s.ok() ? "" : s.message();
   }
   if (c.codec != uint8_t(Codec::kZstd)) return "";

@@ -477,7 +477,7 @@ Status DecodeBytePlanes(const uint8_t* in, size_t stored_size, uint8_t* out, siz
     }
     src[p] = plane;
   }
-  Join(src.data(), e, n, out);
+  if (out) Join(src.data(), e, n, out);
   return Status::OK();
 }
 

@@ -40,6 +40,8 @@ Status DecodeChunk(uint8_t codec, const void* stored, size_t stored_size, void* 
 // The byte-plane codec's halves (codec_byteplane.cc).
 Result<size_t> EncodeBytePlanes(int level, size_t element_size, const uint8_t* raw,
                                 size_t raw_size, uint8_t* out, size_t out_cap);
+// `out` may be nullptr: then only whether the chunk decodes is checked
+// (every plane is decoded; they are not joined).
 Status DecodeBytePlanes(const uint8_t* stored, size_t stored_size, uint8_t* out,
                         size_t raw_size);
 size_t MaxBytePlaneSize(size_t raw_size);

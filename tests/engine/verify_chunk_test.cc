@@ -1,0 +1,83 @@
+// ChunkChecker on chunks whose checksum matches but whose codec stream is
+// wrong (a writer bug, not bit rot): verify must still say what is wrong.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "ckfmt/checksum.h"
+#include "ckfmt/codec.h"
+#include "verify_chunk.h"
+
+namespace ckfmt {
+namespace {
+
+// A byte-plane chunk of 4-byte elements: low-entropy top bytes (zstd
+// planes) and varied low bytes (raw planes), so both kinds are present.
+std::vector<uint8_t> BytePlaneChunk(size_t n, size_t* raw_size) {
+  std::vector<uint8_t> raw(4 * n);
+  for (size_t i = 0; i < n; ++i) {
+    raw[4 * i] = uint8_t(i * 2654435761u >> 7);
+    raw[4 * i + 1] = uint8_t(i * 40503u >> 3);
+    raw[4 * i + 2] = uint8_t(i % 3);
+    raw[4 * i + 3] = 0x3c;
+  }
+  std::vector<uint8_t> out(MaxEncodedSize(Codec::kBytePlaneZstd, raw.size()));
+  auto got = EncodeChunk(Codec::kBytePlaneZstd, 1, 4, raw.data(), raw.size(), out.data(), out.size());
+  EXPECT_TRUE(got.ok());
+  out.resize(*got);
+  *raw_size = raw.size();
+  return out;
+}
+
+ChunkRecord Record(const std::vector<uint8_t>& stored, size_t raw_size) {
+  return {4096, stored.size(), raw_size, Checksum(stored.data(), stored.size()),
+          uint8_t(Codec::kBytePlaneZstd)};
+}
+
+TEST(ChunkCheckerTest, BytePlaneChunkThatDecodesIsFine) {
+  size_t raw_size = 0;
+  std::vector<uint8_t> stored = BytePlaneChunk(10000, &raw_size);
+  ASSERT_EQ(stored[2 + 5 * 3], 1) << "the top plane should be zstd-coded";
+  ChunkChecker checker;
+  EXPECT_EQ(checker.Check(Record(stored, raw_size), stored.data()), "");
+}
+
+TEST(ChunkCheckerTest, BytePlaneStreamErrorsBehindAGoodChecksum) {
+  size_t raw_size = 0;
+  const std::vector<uint8_t> good = BytePlaneChunk(10000, &raw_size);
+  ChunkChecker checker;
+  struct Case {
+    const char* what;
+    void (*spoil)(std::vector<uint8_t>&);
+    std::string expect;
+  };
+  const Case cases[] = {
+      {"unknown plane mode", [](std::vector<uint8_t>& b) { b[2] = 7; },
+       "byte-plane chunk: plane 0 has unknown mode 7"},
+      {"zstd plane garbled",
+       [](std::vector<uint8_t>& b) {
+         const size_t header = 2 + 5 * 4;
+         size_t off = header;
+         for (int p = 0; p < 3; ++p) off += b[2 + 5 * p + 1] | b[2 + 5 * p + 2] << 8 | b[2 + 5 * p + 3] << 16;
+         for (size_t i = off; i < off + 8; ++i) b[i] ^= 0xff;  // the zstd frame's header
+       },
+       "byte-plane chunk: plane 3 does not decode to 10000 bytes"},
+      {"trailing byte", [](std::vector<uint8_t>& b) { b.push_back(0); },
+       "byte-plane chunk: 1 bytes follow the last plane"},
+      {"wrong raw size", nullptr, "byte-plane chunk: raw size 40001 is not a multiple of element size 4"},
+  };
+  for (const Case& c : cases) {
+    std::vector<uint8_t> bad = good;
+    size_t raw = raw_size;
+    if (c.spoil) {
+      c.spoil(bad);
+    } else {
+      raw += 1;
+    }
+    EXPECT_EQ(checker.Check(Record(bad, raw), bad.data()), c.expect) << c.what;
+  }
+}
+
+}  // namespace
+}  // namespace ckfmt
