@@ -15,12 +15,16 @@ Result<std::unique_ptr<ScanStaging>> ScanStaging::Create(const File& file, const
   const uint64_t largest = AlignUp(std::max<uint64_t>(largest_request, kAlignment));
   const uint64_t budget =
       AlignUp(std::max<uint64_t>(std::min<uint64_t>(io.staging_bytes, span), largest));
+  // A file read in more than one budget gets a second budget of staging
+  // (see the class comment); one that fits gets a request's worth.
+  const uint64_t spare = span > budget ? budget : largest;
+  const uint64_t ring = budget + spare + largest;
   std::unique_ptr<ScanStaging> s;
   try {
-    s.reset(new ScanStaging(budget + 2 * largest, budget, largest));
+    s.reset(new ScanStaging(ring, budget, largest));
   } catch (const std::bad_alloc&) {
-    return Status::IOError(file.path() + ": cannot allocate " +
-                           std::to_string(budget + 2 * largest) + " bytes of read staging");
+    return Status::IOError(file.path() + ": cannot allocate " + std::to_string(ring) +
+                           " bytes of read staging");
   }
   s->io_ = BlockIo::Create(file, io, s->ring_.buffers(), kDepth);
   return s;
@@ -73,6 +77,8 @@ class ParallelScan {
 
   void Loop(unsigned worker, bool reports);
   void DriveRing(std::unique_lock<std::mutex>& lk, bool wait);
+  void SubmitWhatFits(std::unique_lock<std::mutex>& lk);
+  void TakeCompletion(BlockIo::Completion& c);
   Status RunJob(const Job& j, unsigned worker);
   void FinishJob(const Job& j, const Status& s);
   void FinishRequest(size_t r);
@@ -142,15 +148,31 @@ void ParallelScan::Loop(unsigned worker, bool reports) {
   cv_.notify_all();  // a failure ends every loop
 }
 
-// Submits what free staging allows and, if `wait`, takes one completed read.
+// Submits what free staging allows and, if `wait`, takes the completed
+// reads (at least one), then refills the disk before waking anyone.
 void ParallelScan::DriveRing(std::unique_lock<std::mutex>& lk, bool wait) {
   ring_busy_ = true;
+  SubmitWhatFits(lk);
+  if (status_.ok() && in_flight_ > 0 && (wait || io_.Ready())) {
+    // Every read already done is taken at once: this disk completes reads
+    // in bursts, and the next ones should go out as soon as staging allows.
+    lk.unlock();
+    std::vector<BlockIo::Completion> got{io_.Wait()};
+    while (got.back().status.ok() && io_.in_flight() > 0 && io_.Ready()) got.push_back(io_.Wait());
+    lk.lock();
+    for (BlockIo::Completion& c : got) TakeCompletion(c);
+    SubmitWhatFits(lk);
+  }
+  ring_busy_ = false;
+  cv_.notify_all();
+}
+
+void ParallelScan::SubmitWhatFits(std::unique_lock<std::mutex>& lk) {
   std::vector<std::pair<int, size_t>> batch;  // (tag, request)
-  while (CanSubmit()) {
+  while (status_.ok() && CanSubmit()) {
     if (Big(next_)) {
       big_busy_ = true;
       jobs_.push_back({next_++, kWholeRequest, nullptr});
-      cv_.notify_all();
       continue;
     }
     req_buf_[next_] = ring_.Take(Size(next_));
@@ -159,8 +181,17 @@ void ParallelScan::DriveRing(std::unique_lock<std::mutex>& lk, bool wait) {
     batch.push_back({free_tags_.back(), next_++});
     free_tags_.pop_back();
   }
-  // Outside the lock: the pread backend reads at submission.
-  lk.unlock();
+  if (batch.empty()) return;
+  // The pread backend reads at submission: not under the lock, and with the
+  // items queued so far handed out first. Queueing an io_uring read takes
+  // microseconds, so it stays under the lock: releasing the lock wakes a
+  // worker that, on two cores, took this thread's CPU for a scheduler slice
+  // (2.4 ms measured) before the disk got its next reads.
+  const bool unlock = io_.transfers_at_submit();
+  if (unlock) {
+    cv_.notify_all();
+    lk.unlock();
+  }
   Status st;
   size_t submitted = 0;
   for (auto [tag, r] : batch) {
@@ -169,27 +200,22 @@ void ParallelScan::DriveRing(std::unique_lock<std::mutex>& lk, bool wait) {
     if (!st.ok()) break;
     ++submitted;
   }
-  BlockIo::Completion c{-1, Status::OK()};
-  bool got = st.ok() && wait && io_.in_flight() > 0;
-  if (got) c = io_.Wait();
-  lk.lock();
+  if (unlock) lk.lock();
   in_flight_ += submitted;
   Fail(st);
-  if (got) {
-    --in_flight_;
-    if (c.status.ok() && (c.slot < 0 || size_t(c.slot) >= tag_req_.size())) {
-      c.status = Status::Internal("read completed with an unknown tag");
-    }
-    Fail(c.status);
-    if (c.status.ok()) {
-      free_tags_.push_back(c.slot);
-      const size_t r = tag_req_[c.slot];
-      bytes_in_flight_ -= Size(r);
-      QueueItems(r, req_buf_[r]);
-    }
+}
+
+void ParallelScan::TakeCompletion(BlockIo::Completion& c) {
+  --in_flight_;
+  if (c.status.ok() && (c.slot < 0 || size_t(c.slot) >= tag_req_.size())) {
+    c.status = Status::Internal("read completed with an unknown tag");
   }
-  ring_busy_ = false;
-  cv_.notify_all();
+  Fail(c.status);
+  if (!c.status.ok()) return;
+  free_tags_.push_back(c.slot);
+  const size_t r = tag_req_[c.slot];
+  bytes_in_flight_ -= Size(r);
+  QueueItems(r, req_buf_[r]);
 }
 
 void ParallelScan::QueueItems(size_t r, const uint8_t* base) {
@@ -202,7 +228,6 @@ void ParallelScan::QueueItems(size_t r, const uint8_t* base) {
   for (size_t k = q.first_item; k < q.end_item; ++k) {
     jobs_.push_back({r, k, base + (job_.item_begin[k] - q.begin)});
   }
-  cv_.notify_all();
 }
 
 // An item may allocate (e.g. a chunk's decoded size), on any thread.

@@ -120,6 +120,27 @@ ScanJob UnevenJob(size_t pages, std::vector<uint64_t>* item_end) {
   return job;
 }
 
+// Read memory is a fixed function of the options, whatever the file's size:
+// a budget in flight, a budget more for the reads being handled, one
+// request of overshoot; a file that fits in the budget gets less.
+TEST(ScanStagingTest, RingHoldsTwoBudgetsAndARequestForLargeFiles) {
+  ckfmt_test::ScopedTempDir dir;
+  auto file = File::OpenRead(MakeFile(dir, 4), /*direct=*/true);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  IoOptions io;
+  io.staging_bytes = 40 * kPage;
+  for (uint64_t span : {uint64_t{41} * kPage, uint64_t{1} << 40}) {
+    auto s = ScanStaging::Create(*file, io, span, 10 * kPage);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ((*s)->in_flight_budget(), 40 * kPage);
+    EXPECT_EQ((*s)->ring().capacity(), 90 * kPage) << span;
+  }
+  auto small = ScanStaging::Create(*file, io, 30 * kPage, 10 * kPage);
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ((*small)->in_flight_budget(), 30 * kPage);
+  EXPECT_EQ((*small)->ring().capacity(), 50 * kPage);
+}
+
 class RunScanTest : public ::testing::TestWithParam<IoBackend> {};
 
 TEST_P(RunScanTest, HandsEveryItemItsBytesOnceAndIsReusableAfterAFailure) {

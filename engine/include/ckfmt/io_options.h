@@ -21,8 +21,9 @@ struct IoOptions {
   // there, and fewer than ~16 MiB in flight cannot keep a disk busy.
   uint64_t block_size = 4ull << 20;      // bytes per I/O request (reads: at most)
   // Bytes of I/O in flight (block_size multiples). Writes stage exactly
-  // this; reads keep about this much in flight and hold two requests more
-  // for the data being verified and copied out meanwhile.
+  // this; reads keep about this much in flight and hold as much again, plus
+  // one request, for the data being verified and copied out meanwhile (so a
+  // file larger than this is read with 2 * staging_bytes + block_size).
   uint64_t staging_bytes = 32ull << 20;
   unsigned threads = 0;                  // worker threads for checksums/codecs; 0: all cores
 };

@@ -48,6 +48,9 @@ class BlockIo {
   // short transfer it has to requeue).
   virtual bool Ready() = 0;
   virtual size_t in_flight() const = 0;
+  // True if a Submit call performs its transfer before returning (pread),
+  // false if it only queues it.
+  virtual bool transfers_at_submit() const = 0;
   // E.g. "io_uring+O_DIRECT", "io_uring", "pread".
   virtual std::string name() const = 0;
 };

@@ -28,6 +28,7 @@ class PreadIo final : public BlockIo {
   }
   bool Ready() override { return !done_.empty(); }
   size_t in_flight() const override { return done_.size(); }
+  bool transfers_at_submit() const override { return true; }
   std::string name() const override { return file_.direct() ? "pread+O_DIRECT" : "pread"; }
 
  private:

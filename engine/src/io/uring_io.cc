@@ -86,6 +86,7 @@ class UringIo final : public BlockIo {
 
   bool Ready() override { return io_uring_cq_ready(&ring_) > 0; }
   size_t in_flight() const override { return in_flight_; }
+  bool transfers_at_submit() const override { return false; }
   std::string name() const override {
     std::string n = "io_uring";
     if (fixed_buffers_) n += "+fixed-buffers";
