@@ -114,6 +114,11 @@ Status ProcessChunk(const File& file, const ChunkTask& t, const uint8_t* stored,
   const ChunkRecord& c = *t.chunk;
   // One host copy that takes the whole chunk: no scratch is needed.
   const bool whole = !t.device && t.copies.size() == 1 && t.copies[0].len == c.raw_size;
+  if (whole && stored == t.copies[0].dst) {  // read straight into place
+    if (!verify) return Status::OK();
+    uint64_t sum = Checksum(stored, c.stored_size);
+    return sum == c.checksum ? Status::OK() : ChecksumMismatch(file, t, sum);
+  }
   if (whole && c.codec == uint8_t(Codec::kNone)) {
     // The common whole-chunk copy: hash while copying (one pass over the
     // staging slot). A mismatch leaves the destination's bytes unspecified,
@@ -155,16 +160,35 @@ Status ProcessChunk(const File& file, const ChunkTask& t, const uint8_t* stored,
   return s.ok() ? s : s.WithContext(Describe(file, t));
 }
 
+// Where a chunk can be read straight into its destination, with no copy
+// out of staging: an uncompressed chunk that one host copy takes whole, of
+// whole blocks, into memory aligned as O_DIRECT needs (`mem_align`, 0: not
+// a direct file). nullptr otherwise.
+uint8_t* DirectDestination(const ChunkTask& t, uint32_t mem_align) {
+  const ChunkRecord& c = *t.chunk;
+  if (mem_align == 0 || t.device || c.codec != uint8_t(Codec::kNone) || t.copies.size() != 1 ||
+      t.copies[0].len != c.raw_size || c.raw_size != c.stored_size || c.raw_size == 0 ||
+      c.raw_size % kAlignment != 0 || c.offset % kAlignment != 0) {
+    return nullptr;
+  }
+  uint8_t* dst = t.copies[0].dst;
+  return reinterpret_cast<uintptr_t>(dst) % mem_align == 0 ? dst : nullptr;
+}
+
 // Consecutive chunks share a request up to `block` bytes, reading through
-// small gaps; `order` lists the tasks as the requests' items.
+// small gaps, except that a chunk read straight into place is a request of
+// its own; `order` lists the tasks as the requests' items, `direct` gets
+// each request's destination (see ScanJob::direct).
 std::vector<ScanRequest> GroupRequests(const std::map<uint64_t, ChunkTask>& tasks, uint64_t block,
-                                       std::vector<const ChunkTask*>* order) {
+                                       uint32_t mem_align, std::vector<const ChunkTask*>* order,
+                                       std::vector<uint8_t*>* direct) {
   std::vector<ScanRequest> reqs;
   for (const auto& [offset, t] : tasks) {
     const uint64_t end = AlignUp(offset + t.chunk->stored_size);
     const size_t item = order->size();
     order->push_back(&t);
-    if (!reqs.empty()) {
+    uint8_t* dst = DirectDestination(t, mem_align);
+    if (!reqs.empty() && !dst && !direct->back()) {
       ScanRequest& r = reqs.back();
       if (offset >= r.end && offset - r.end <= kMaxGap && end - r.begin <= block) {
         r.end = end;
@@ -173,6 +197,7 @@ std::vector<ScanRequest> GroupRequests(const std::map<uint64_t, ChunkTask>& task
       }
     }
     reqs.push_back({offset, end, item, item + 1});
+    direct->push_back(dst);
   }
   return reqs;
 }
@@ -225,12 +250,12 @@ Status ReadCached(const File& file, const std::map<uint64_t, ChunkTask>& tasks,
 
 }  // namespace
 
-Status ReadSession::SetUpIo() {
-  if (staging_) return Status::OK();
-  // No more staging than the file could fill: small files stay cheap.
-  CKFMT_ASSIGN_OR_RETURN(uint64_t size, file_.Size());
-  block_ = AlignUp(std::clamp<uint64_t>(options_.io.block_size, kAlignment, AlignUp(size)));
-  CKFMT_ASSIGN_OR_RETURN(staging_, ScanStaging::Create(file_, options_.io, size, block_));
+Status ReadSession::SetUpIo(uint64_t size, uint64_t staged, uint64_t block) {
+  if (staging_ && staging_->staged() >= staged && staging_->max_request() >= block) {
+    return Status::OK();
+  }
+  staging_.reset();  // its buffer goes back to the cache for the new one
+  CKFMT_ASSIGN_OR_RETURN(staging_, ScanStaging::Create(file_, options_.io, size, staged, block));
   return Status::OK();
 }
 
@@ -259,8 +284,8 @@ Status ReadSession::Read(const std::vector<ReadTarget>& targets, ThreadPool& poo
     if (t.device) bounce = std::max({bounce, t.chunk->stored_size, t.chunk->raw_size});
   }
   if (bounce) device_->SetBounceSize(bounce);
+  CKFMT_ASSIGN_OR_RETURN(uint64_t size, file_.Size());
   if (file_.direct() && options_.io.backend == IoBackend::kAuto) {
-    CKFMT_ASSIGN_OR_RETURN(uint64_t size, file_.Size());
     if (CachedFraction(file_, size) > 0.5) {
       if (buffered_.fd() < 0) {
         // The same inode as the validated file, not whatever the path names now.
@@ -269,15 +294,24 @@ Status ReadSession::Read(const std::vector<ReadTarget>& targets, ThreadPool& poo
       return ReadCached(buffered_, tasks, options_, pool, bytes_read, device_.get());
     }
   }
-  CKFMT_RETURN_IF_ERROR(SetUpIo());
-  // Device copies read straight from staging: it must be pinned.
+  // No larger requests than the file could fill: small files stay cheap.
+  const uint64_t block =
+      AlignUp(std::clamp<uint64_t>(options_.io.block_size, kAlignment, AlignUp(size)));
+  ScanJob job;
+  std::vector<const ChunkTask*> order;
+  job.requests = GroupRequests(tasks, block, file_.direct_memory_alignment(), &order, &job.direct);
+  for (const ChunkTask* t : order) job.item_begin.push_back(t->chunk->offset);
+  uint64_t staged = 0;
+  for (size_t r = 0; r < job.requests.size(); ++r) {
+    if (!job.direct[r]) staged += job.requests[r].end - job.requests[r].begin;
+  }
+  // Device copies read straight from staging, so it is pinned, once: it is
+  // made for the whole file then and never replaced.
+  if (device_) staged = size;
+  CKFMT_RETURN_IF_ERROR(SetUpIo(size, staged, block));
   if (bounce) {
     CKFMT_RETURN_IF_ERROR(device_->PinSlots(staging_->ring().buffers()).WithContext(file_.path()));
   }
-  ScanJob job;
-  std::vector<const ChunkTask*> order;
-  job.requests = GroupRequests(tasks, block_, &order);
-  for (const ChunkTask* t : order) job.item_begin.push_back(t->chunk->offset);
   job.on_item = [&](size_t i, const uint8_t* stored, unsigned) {
     return ProcessChunk(file_, *order[i], stored, options_.verify_checksums, device_.get());
   };

@@ -38,13 +38,14 @@ class ReadSession {
   Status Read(const std::vector<ReadTarget>& targets, ThreadPool& pool, uint64_t* bytes_read);
 
  private:
-  Status SetUpIo();
+  // Makes staging_ fit reads of a `size`-byte file with `staged` bytes
+  // through staging in requests up to `block`, keeping one that does.
+  Status SetUpIo(uint64_t size, uint64_t staged, uint64_t block);
   // The stream for a target on `device`, setting up device staging first.
   Result<DeviceStream*> DeviceStreamFor(Device device);
 
   const File& file_;
   const ReadOptions& options_;
-  uint64_t block_ = 0;                   // the largest request
   std::unique_ptr<ScanStaging> staging_;
   File buffered_;  // for files already in the page cache
   std::unique_ptr<DeviceStaging> device_;  // after staging_: unpins before it goes

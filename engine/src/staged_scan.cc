@@ -11,17 +11,20 @@
 namespace ckfmt {
 
 Result<std::unique_ptr<ScanStaging>> ScanStaging::Create(const File& file, const IoOptions& io,
-                                                        uint64_t span, uint64_t largest_request) {
+                                                        uint64_t span, uint64_t staged,
+                                                        uint64_t largest_request) {
   const uint64_t largest = AlignUp(std::max<uint64_t>(largest_request, kAlignment));
   const uint64_t budget =
       AlignUp(std::max<uint64_t>(std::min<uint64_t>(io.staging_bytes, span), largest));
-  // A file read in more than one budget gets a second budget of staging
-  // (see the class comment); one that fits gets a request's worth.
-  const uint64_t spare = span > budget ? budget : largest;
-  const uint64_t ring = budget + spare + largest;
+  // Staged reads in more than one budget get a second budget of staging
+  // (see the class comment); fewer get a request's worth.
+  staged = std::min(staged, span);
+  const uint64_t held = std::min(budget, AlignUp(staged));
+  const uint64_t spare = staged > budget ? budget : largest;
+  const uint64_t ring = held + spare + largest;
   std::unique_ptr<ScanStaging> s;
   try {
-    s.reset(new ScanStaging(ring, budget, largest));
+    s.reset(new ScanStaging(ring, budget, largest, staged));
   } catch (const std::bad_alloc&) {
     return Status::IOError(file.path() + ": cannot allocate " + std::to_string(ring) +
                            " bytes of read staging");
@@ -63,7 +66,8 @@ class ParallelScan {
   };
 
   size_t Size(size_t r) const { return job_.requests[r].end - job_.requests[r].begin; }
-  bool Big(size_t r) const { return Size(r) > staging_.max_request(); }
+  uint8_t* Direct(size_t r) const { return job_.direct.empty() ? nullptr : job_.direct[r]; }
+  bool Big(size_t r) const { return !Direct(r) && Size(r) > staging_.max_request(); }
   // At most one big request's buffer at a time keeps memory bounded.
   bool CanSubmit() const {
     if (next_ == job_.requests.size()) return false;
@@ -72,7 +76,7 @@ class ParallelScan {
     // uneven sizes, and stopping short of the budget by up to one of them
     // leaves the disk measurably less busy than a raw QD8 stream.
     return !free_tags_.empty() && bytes_in_flight_ < staging_.in_flight_budget() &&
-           ring_.CanTake(Size(next_));
+           (Direct(next_) || ring_.CanTake(Size(next_)));
   }
 
   void Loop(unsigned worker, bool reports);
@@ -175,7 +179,7 @@ void ParallelScan::SubmitWhatFits(std::unique_lock<std::mutex>& lk) {
       jobs_.push_back({next_++, kWholeRequest, nullptr});
       continue;
     }
-    req_buf_[next_] = ring_.Take(Size(next_));
+    req_buf_[next_] = Direct(next_) ? Direct(next_) : ring_.Take(Size(next_));
     bytes_in_flight_ += Size(next_);
     tag_req_[free_tags_.back()] = next_;
     batch.push_back({free_tags_.back(), next_++});
@@ -222,7 +226,7 @@ void ParallelScan::QueueItems(size_t r, const uint8_t* base) {
   const ScanRequest& q = job_.requests[r];
   pending_[r] = q.end_item - q.first_item;
   if (pending_[r] == 0) {
-    ring_.Release(base);
+    if (!Direct(r)) ring_.Release(base);
     return FinishRequest(r);
   }
   for (size_t k = q.first_item; k < q.end_item; ++k) {
@@ -258,7 +262,7 @@ void ParallelScan::FinishJob(const Job& j, const Status& s) {
     big_busy_ = false;
     FinishRequest(j.request);
   } else if (--pending_[j.request] == 0) {
-    ring_.Release(req_buf_[j.request]);
+    if (!Direct(j.request)) ring_.Release(req_buf_[j.request]);
     FinishRequest(j.request);
   }
 }
@@ -274,6 +278,11 @@ void ParallelScan::FinishRequest(size_t r) {
 
 Status RunScan(const File& file, ScanStaging& staging, const ScanJob& job, ThreadPool& pool) {
   if (job.requests.empty()) return Status::OK();
+  if (!job.direct.empty() && job.direct.size() != job.requests.size()) {
+    return Status::Internal("scan job: " + std::to_string(job.direct.size()) +
+                            " direct destinations for " + std::to_string(job.requests.size()) +
+                            " requests");
+  }
   return ParallelScan(file, staging, job).Run(pool);
 }
 

@@ -20,7 +20,8 @@ namespace ckfmt {
 //
 // A disk's throughput follows the bytes in flight, so those are what the
 // budget governs: reads are submitted while fewer than min(io.staging_bytes,
-// the span to read) bytes are in flight. The ring holds as much again for
+// the span to read) bytes are in flight, direct reads included. The ring
+// holds the staged part of that budget, and as much again for
 // the reads whose items are being handled, plus one largest request for the
 // overshoot of the last submission: a virtio disk here completes its queue
 // in bursts (32 MiB at once, every ~12 ms), and with only two requests of
@@ -28,11 +29,16 @@ namespace ckfmt {
 // disk idle meanwhile.
 class ScanStaging {
  public:
-  // `span`: bytes the scans will cover; `largest_request`: the size of the
-  // largest request the ring serves (larger ones get a buffer of their
-  // own). Fails only when the memory cannot be had.
+  // `span`: bytes the scans will cover; `staged`: how many of them go
+  // through staging (the rest are read straight into place, see
+  // ScanJob::direct); `largest_request`: the size of the largest request
+  // the ring serves (larger ones get a buffer of their own). Fails only
+  // when the memory cannot be had.
   static Result<std::unique_ptr<ScanStaging>> Create(const File& file, const IoOptions& io,
-                                                     uint64_t span, uint64_t largest_request);
+                                                     uint64_t span, uint64_t staged,
+                                                     uint64_t largest_request);
+  // The `staged` bytes the ring was sized for.
+  uint64_t staged() const { return staged_; }
   StagingRing& ring() { return ring_; }
   BlockIo& io() { return *io_; }
   size_t max_request() const { return max_request_; }
@@ -41,10 +47,11 @@ class ScanStaging {
   static constexpr size_t kDepth = 32;
 
  private:
-  ScanStaging(size_t ring, size_t budget, size_t max_request)
-      : ring_(ring), in_flight_budget_(budget), max_request_(max_request) {}
+  ScanStaging(size_t ring, size_t budget, size_t max_request, uint64_t staged)
+      : ring_(ring), in_flight_budget_(budget), max_request_(max_request), staged_(staged) {}
   StagingRing ring_;
   size_t in_flight_budget_, max_request_;
+  uint64_t staged_;
   std::unique_ptr<BlockIo> io_;
 };
 
@@ -57,6 +64,11 @@ struct ScanRequest {
 struct ScanJob {
   std::vector<ScanRequest> requests;  // ascending, not overlapping
   std::vector<uint64_t> item_begin;   // file offset of each item's first byte
+  // Optional, one per request: non-null reads the request straight into
+  // that memory instead of staging (no copy out of staging afterwards). Such
+  // a request holds one item, at its start; the memory takes the whole
+  // request and meets the file's direct_memory_alignment().
+  std::vector<uint8_t*> direct;
   // Called once per item with its bytes, on any thread; `worker` <
   // pool.size() and no two calls with the same worker run at once. A
   // failure stops the scan and is returned.

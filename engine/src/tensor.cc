@@ -26,8 +26,11 @@ Tensor Tensor::Owning(DType dtype, Shape shape, void* data, std::shared_ptr<void
 Tensor Tensor::Empty(DType dtype, Shape shape) {
   uint64_t bytes = DTypeSize(dtype);
   for (uint64_t d : shape) bytes *= d;
-  size_t alloc = (bytes + 63) / 64 * 64;
-  void* p = alloc ? std::aligned_alloc(64, alloc) : nullptr;
+  // Page-aligned when large, so that loads can read into it with O_DIRECT
+  // (no copy out of staging).
+  const size_t align = bytes >= kPageAlignedFrom ? 4096 : 64;
+  size_t alloc = (bytes + align - 1) / align * align;
+  void* p = alloc ? std::aligned_alloc(align, alloc) : nullptr;
   if (alloc && !p) throw std::bad_alloc();
   std::shared_ptr<void> owner(p, [](void* q) { std::free(q); });
   return Owning(dtype, std::move(shape), p, std::move(owner));

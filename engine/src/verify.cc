@@ -86,8 +86,8 @@ Status Verifier::ScanDataRegion(uint64_t end) {
   }
   job.requests = plan.requests;
   job.item_begin = ItemBegins(plan);
-  CKFMT_ASSIGN_OR_RETURN(auto staging, ScanStaging::Create(file_, opts_.io, plan.span,
-                                                                  plan.largest_request));
+  CKFMT_ASSIGN_OR_RETURN(auto staging, ScanStaging::Create(file_, opts_.io, plan.span, plan.span,
+                                                           plan.largest_request));
   CKFMT_RETURN_IF_ERROR(RunScan(file_, *staging, job, pool));
   report_.bytes_checked += end - kHeaderSize;
   size_t bad_gap = SIZE_MAX;  // the gap last reported, by the chunk after it

@@ -2,6 +2,7 @@
 // delivery of every item's bytes, its failures and its reuse.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -130,15 +131,21 @@ TEST(ScanStagingTest, RingHoldsTwoBudgetsAndARequestForLargeFiles) {
   IoOptions io;
   io.staging_bytes = 40 * kPage;
   for (uint64_t span : {uint64_t{41} * kPage, uint64_t{1} << 40}) {
-    auto s = ScanStaging::Create(*file, io, span, 10 * kPage);
+    auto s = ScanStaging::Create(*file, io, span, span, 10 * kPage);
     ASSERT_TRUE(s.ok());
     EXPECT_EQ((*s)->in_flight_budget(), 40 * kPage);
     EXPECT_EQ((*s)->ring().capacity(), 90 * kPage) << span;
   }
-  auto small = ScanStaging::Create(*file, io, 30 * kPage, 10 * kPage);
+  auto small = ScanStaging::Create(*file, io, 30 * kPage, 30 * kPage, 10 * kPage);
   ASSERT_TRUE(small.ok());
   EXPECT_EQ((*small)->in_flight_budget(), 30 * kPage);
   EXPECT_EQ((*small)->ring().capacity(), 50 * kPage);
+  // Reads straight into place keep the whole budget in flight but need no
+  // ring: only the staged part of a large file gets one.
+  auto mostly_direct = ScanStaging::Create(*file, io, uint64_t{1} << 40, 5 * kPage, 10 * kPage);
+  ASSERT_TRUE(mostly_direct.ok());
+  EXPECT_EQ((*mostly_direct)->in_flight_budget(), 40 * kPage);
+  EXPECT_EQ((*mostly_direct)->ring().capacity(), 25 * kPage);
 }
 
 class RunScanTest : public ::testing::TestWithParam<IoBackend> {};
@@ -152,7 +159,7 @@ TEST_P(RunScanTest, HandsEveryItemItsBytesOnceAndIsReusableAfterAFailure) {
   io.backend = GetParam();
   io.staging_bytes = 40 * kPage;
   // The ring serves requests up to 20 pages; larger ones get their own buffer.
-  auto staging = ScanStaging::Create(*file, io, pages * kPage, 20 * kPage);
+  auto staging = ScanStaging::Create(*file, io, pages * kPage, pages * kPage, 20 * kPage);
   ASSERT_TRUE(staging.ok());
   ThreadPool pool(3);
   std::vector<uint64_t> item_end;
@@ -215,7 +222,7 @@ TEST_P(RunScanTest, EndsWhenTheLastRequestsHoldNoItems) {
   IoOptions io;
   io.backend = GetParam();
   io.staging_bytes = 8 * kPage;
-  auto staging = ScanStaging::Create(*file, io, pages * kPage, 2 * kPage);
+  auto staging = ScanStaging::Create(*file, io, pages * kPage, pages * kPage, 2 * kPage);
   ASSERT_TRUE(staging.ok());
   ThreadPool pool(4);
   ScanJob job;
@@ -245,6 +252,76 @@ TEST_P(RunScanTest, EndsWhenTheLastRequestsHoldNoItems) {
   Status s = scans.get();
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(handled.load(), 200u * pages / 4);
+}
+
+// Requests with a destination of their own are read straight into it (the
+// item sees that memory, no staging), interleaved with staged ones.
+TEST_P(RunScanTest, ReadsDirectRequestsIntoTheirOwnMemory) {
+  ckfmt_test::ScopedTempDir dir;
+  const size_t pages = 300;
+  auto file = File::OpenRead(MakeFile(dir, pages), /*direct=*/true);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  ScanJob job;
+  std::vector<uint64_t> item_end;
+  std::vector<std::unique_ptr<AlignedBuffer>> dests;
+  std::mt19937 rng(5);
+  uint64_t staged = 0;
+  for (uint64_t pos = 0; pos < pages * kPage;) {
+    const uint64_t len = std::min<uint64_t>((1 + rng() % 8) * kPage, pages * kPage - pos);
+    const bool direct = rng() % 2 == 0;
+    ScanRequest r{pos, pos + len, job.item_begin.size(), 0};
+    if (direct) {
+      dests.push_back(std::make_unique<AlignedBuffer>(len));
+      job.direct.push_back(dests.back()->data());
+      job.item_begin.push_back(pos);
+      item_end.push_back(pos + len);
+    } else {
+      job.direct.push_back(nullptr);
+      staged += len;
+      for (uint64_t at = pos; at < pos + len; at += kPage) {
+        job.item_begin.push_back(at);
+        item_end.push_back(at + kPage);
+      }
+    }
+    r.end_item = job.item_begin.size();
+    job.requests.push_back(r);
+    pos += len;
+  }
+  ASSERT_GT(dests.size(), 10u);
+  ASSERT_GT(staged, 0u);
+  IoOptions io;
+  io.backend = GetParam();
+  io.staging_bytes = 16 * kPage;
+  auto staging = ScanStaging::Create(*file, io, pages * kPage, staged, 8 * kPage);
+  ASSERT_TRUE(staging.ok());
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> seen(item_end.size());
+  job.on_item = [&](size_t k, const uint8_t* p, unsigned) {
+    const uint8_t* ring = (*staging)->ring().buffers()[0].data();
+    const bool in_ring = p >= ring && p < ring + (*staging)->ring().capacity();
+    const size_t r = static_cast<size_t>(
+        std::upper_bound(job.requests.begin(), job.requests.end(), job.item_begin[k],
+                         [](uint64_t at, const ScanRequest& q) { return at < q.begin; }) -
+        job.requests.begin() - 1);
+    if (job.direct[r] ? p != job.direct[r] : !in_ring) {
+      return Status::Internal("item " + std::to_string(k) + " handed the wrong memory");
+    }
+    for (uint64_t i = job.item_begin[k]; i < item_end[k]; ++i) {
+      if (p[i - job.item_begin[k]] != ByteAt(i)) {
+        return Status::Corruption("item " + std::to_string(k) + " byte " + std::to_string(i));
+      }
+    }
+    ++seen[k];
+    return Status::OK();
+  };
+  Status st = RunScan(*file, **staging, job, pool);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  for (auto& x : seen) ASSERT_EQ(x.load(), 1);
+  EXPECT_TRUE((*staging)->ring().empty());
+
+  job.direct.pop_back();  // one destination short of the requests
+  st = RunScan(*file, **staging, job, pool);
+  EXPECT_EQ(st.code(), StatusCode::kInternal) << st.ToString();
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, RunScanTest,

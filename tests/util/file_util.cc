@@ -74,4 +74,12 @@ void TruncateFile(const std::string& path, uint64_t size) {
   if (::truncate(path.c_str(), static_cast<off_t>(size)) != 0) Fail("cannot truncate", path);
 }
 
+void DropFileCache(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) Fail("cannot open", path);
+  const bool ok = ::fdatasync(fd) == 0 && ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0;
+  ::close(fd);
+  if (!ok) Fail("cannot drop the cached pages of", path);
+}
+
 }  // namespace ckfmt_test

@@ -14,5 +14,8 @@ bool FileExists(const std::string& path);
 void XorByte(const std::string& path, uint64_t offset, uint8_t mask = 0xff);
 uint8_t ReadByte(const std::string& path, uint64_t offset);
 void TruncateFile(const std::string& path, uint64_t size);
+// Writes back and drops the file's cached pages, so that a load reads it
+// from the disk (ckfmt reads a mostly cached file through the page cache).
+void DropFileCache(const std::string& path);
 
 }  // namespace ckfmt_test

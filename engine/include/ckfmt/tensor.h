@@ -43,9 +43,12 @@ class Tensor {
   // A tensor that keeps `owner` alive as long as any copy of it exists.
   static Tensor Owning(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner,
                        Device device = {});
-  // A zero-filled host tensor (64-byte aligned).
+  // Host tensors of at least this many bytes are page-aligned (4096), so
+  // that loads can read into them directly; smaller ones 64-byte aligned.
+  static constexpr uint64_t kPageAlignedFrom = 64 << 10;
+  // A zero-filled host tensor (aligned as above).
   static Tensor Zeros(DType dtype, Shape shape);
-  // An uninitialised host tensor (64-byte aligned).
+  // An uninitialised host tensor (aligned as above).
   static Tensor Empty(DType dtype, Shape shape);
 
   bool defined() const { return data_ != nullptr || numel_ == 0; }
@@ -80,8 +83,8 @@ class Tensor {
 using Allocator =
     std::function<Result<Tensor>(DType dtype, const Shape& shape, const KeyPath& path, Device)>;
 
-// Allocates 64-byte aligned host memory, uninitialised: a load overwrites
-// every element of what it reconstructs (or fails).
+// Allocates host memory aligned as Tensor::Empty(), uninitialised: a load
+// overwrites every element of what it reconstructs (or fails).
 Allocator HostAllocator();
 
 }  // namespace ckfmt

@@ -37,10 +37,11 @@ class BlockIo {
   // REQUIRES: the slot is idle; for direct files offset and len aligned.
   virtual Status SubmitWrite(int slot, uint64_t offset, size_t len) = 0;
   virtual Status SubmitRead(int slot, uint64_t offset, size_t len) = 0;
-  // Queue a read of `len` bytes at `offset` into `dst`.
-  // REQUIRES: [dst, dst + len) lies inside one buffer and overlaps no
-  // transfer in flight; 0 <= tag < depth and no request in flight has it;
-  // for direct files dst, offset and len aligned.
+  // Queue a read of `len` bytes at `offset` into `dst`: inside one of the
+  // buffers (io_uring reads it as a fixed buffer) or any other memory.
+  // REQUIRES: [dst, dst + len) overlaps no transfer in flight; 0 <= tag <
+  // depth and no request in flight has it; for direct files offset and len
+  // aligned, and dst to the file's direct_memory_alignment().
   virtual Status SubmitReadTo(int tag, uint8_t* dst, uint64_t offset, size_t len) = 0;
   // Blocks until one queued transfer finishes. REQUIRES: in_flight() > 0.
   virtual Completion Wait() = 0;

@@ -111,6 +111,18 @@ Result<File> File::OpenRead(const std::string& path, bool direct) {
   return f;
 }
 
+uint32_t File::direct_memory_alignment() const {
+  if (!direct_) return 0;
+#ifdef STATX_DIOALIGN
+  struct statx sx;
+  if (::statx(fd_, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN) &&
+      sx.stx_dio_mem_align > 0 && (sx.stx_dio_mem_align & (sx.stx_dio_mem_align - 1)) == 0) {
+    return sx.stx_dio_mem_align;
+  }
+#endif
+  return kAlignment;
+}
+
 Result<File> File::Reopen(bool direct) const {
   File f;
   f.fd_ = OpenMaybeDirect("/proc/self/fd/" + std::to_string(fd_), O_RDONLY, direct, &f.direct_);

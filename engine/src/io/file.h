@@ -50,6 +50,10 @@ class File {
 
   int fd() const { return fd_; }
   bool direct() const { return direct_; }
+  // For a direct file: the alignment O_DIRECT transfers need of memory
+  // addresses (statx's dio_mem_align: 512 on a virtio disk, 4 on NVMe),
+  // or kAlignment where the kernel does not say. 0 for a buffered file.
+  uint32_t direct_memory_alignment() const;
   const std::string& path() const { return path_; }
   Result<uint64_t> Size() const;
   // Positioned full read/write (loops over short transfers).
