@@ -83,6 +83,29 @@ TEST_F(DirectReadTest, AlignedAndOffsetDestinationsLoadBitwise) {
   EXPECT_EQ(aligned_mem.get()[bytes], 0xa5);
 }
 
+// One reader keeps its staging between loads and grows it when a later load
+// needs more of it (destinations it cannot read straight into).
+TEST_F(DirectReadTest, OneReaderLoadsAlignedThenOffsetThenAlignedAgain) {
+  DropFileCache(path);
+  auto reader = CheckpointReader::Open(path);
+  CKFMT_ASSERT_OK(reader);
+  for (size_t offset : {size_t{0}, size_t{64}, size_t{0}}) {
+    const size_t bytes = original.Find({"aligned"})->as_tensor().nbytes();
+    std::unique_ptr<uint8_t, Free> mem(
+        static_cast<uint8_t*>(std::aligned_alloc(4096, bytes + 4096)));
+    Dict root;
+    root.Set("aligned", Tensor::View(DType::kF32, {65561}, mem.get() + offset));
+    Value into(std::move(root));
+    LoadOptions lo;
+    lo.prefixes = {{"aligned"}};
+    DropFileCache(path);
+    CKFMT_ASSERT_OK((*reader)->Load(&into, lo));
+    EXPECT_EQ(TensorBytes(into.Find({"aligned"})->as_tensor()),
+              TensorBytes(original.Find({"aligned"})->as_tensor()))
+        << offset;
+  }
+}
+
 TEST_F(DirectReadTest, ReconstructedTensorsLoadBitwise) {
   Value into = Dict{};
   CKFMT_ASSERT_OK(LoadFromDisk(&into));
