@@ -116,10 +116,14 @@ Status CheckpointWriter::Impl::Open() {
   const size_t budget = std::max<size_t>(2, opts_.io.staging_bytes / block);
   size_t slots = budget + batch_max_;
   if (opts_.codec != Codec::kNone) {
-    // Two buffers beyond one per encoder: finished chunks wait there for
-    // their turn while every encoder has a buffer for the next one.
+    // Buffers beyond one per encoder hold finished chunks waiting for their
+    // turn, while every encoder has a buffer for the next one. A disk that
+    // completes writes in bursts keeps the calling thread waiting for
+    // staging now and then; six such buffers let encoding run ahead
+    // meanwhile (byte-plane e2e save, paired vs raw write, 4 alternations:
+    // 0.98-1.19 against 0.93-1.02 with two).
     pipeline_ = std::make_unique<EncodePipeline>(
-        pool_, opts_.codec, opts_.level, pool_.size() + 2, chunk_max,
+        pool_, opts_.codec, opts_.level, pool_.size() + 6, chunk_max,
         [this](const ChunkJob& job, const StoredChunk& c) { return PutEncoded(job, c); });
     // The pipeline fills one slot at a time; device batches need room for
     // a whole batch of reservations.
