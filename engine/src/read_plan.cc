@@ -299,7 +299,7 @@ Status ReadSession::Read(const std::vector<ReadTarget>& targets, ThreadPool& poo
       AlignUp(std::clamp<uint64_t>(options_.io.block_size, kAlignment, AlignUp(size)));
   ScanJob job;
   std::vector<const ChunkTask*> order;
-  job.requests = GroupRequests(tasks, block, file_.direct_memory_alignment(), &order, &job.direct);
+  job.requests = GroupRequests(tasks, block, direct_align_, &order, &job.direct);
   for (const ChunkTask* t : order) job.item_begin.push_back(t->chunk->offset);
   uint64_t staged = 0;
   for (size_t r = 0; r < job.requests.size(); ++r) {

@@ -29,7 +29,8 @@ struct ReadTarget {
 class ReadSession {
  public:
   // REQUIRES: `file` and `options` outlive the session.
-  ReadSession(const File& file, const ReadOptions& options) : file_(file), options_(options) {}
+  ReadSession(const File& file, const ReadOptions& options)
+      : file_(file), options_(options), direct_align_(file.direct_memory_alignment()) {}
 
   // Reads exactly the chunks that overlap the targets (each chunk once,
   // even when several targets need it), verifies their checksums if asked,
@@ -46,6 +47,7 @@ class ReadSession {
 
   const File& file_;
   const ReadOptions& options_;
+  const uint32_t direct_align_;  // the file's O_DIRECT memory alignment; 0: not direct
   std::unique_ptr<ScanStaging> staging_;
   File buffered_;  // for files already in the page cache
   std::unique_ptr<DeviceStaging> device_;  // after staging_: unpins before it goes

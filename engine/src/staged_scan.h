@@ -21,12 +21,12 @@ namespace ckfmt {
 // A disk's throughput follows the bytes in flight, so those are what the
 // budget governs: reads are submitted while fewer than min(io.staging_bytes,
 // the span to read) bytes are in flight, direct reads included. The ring
-// holds the staged part of that budget, and as much again for
-// the reads whose items are being handled, plus one largest request for the
-// overshoot of the last submission: a virtio disk here completes its queue
-// in bursts (32 MiB at once, every ~12 ms), and with only two requests of
-// headroom the next reads waited 1-2 ms for the burst to be copied out, the
-// disk idle meanwhile.
+// holds the staged part of that budget, as much again for the reads whose
+// items are being handled, and one largest request for the overshoot of the
+// last submission: a virtio disk here completes its queue in bursts (32 MiB
+// at once, every ~12 ms), and with only two requests of headroom the next
+// reads waited 1-2 ms for the burst to be copied out, the disk idle
+// meanwhile.
 class ScanStaging {
  public:
   // `span`: bytes the scans will cover; `staged`: how many of them go
