@@ -80,7 +80,8 @@ std::string LoadReport::ToString() const {
   section("reconstructed", reconstructed);
   section("missing (in the state dict, not in the file)", missing);
   section("unexpected (in the file, not loaded)", unexpected);
-  s += "bytes read: " + std::to_string(bytes_read) + "\n";
+  s += "bytes read: " + std::to_string(bytes_read) + " (" + std::to_string(bytes_read_direct) +
+       " straight into place)\n";
   return s;
 }
 
@@ -225,7 +226,8 @@ Result<LoadReport> LoadImpl(CheckpointReader::Impl& r, Value* sd, const LoadOpti
       targets.push_back({e, Region::Whole(e->shape), reinterpret_cast<uint8_t*>(b.data.data())});
     }
   }
-  CKFMT_RETURN_IF_ERROR(r.session.Read(targets, r.pool, &report.bytes_read));
+  CKFMT_RETURN_IF_ERROR(
+      r.session.Read(targets, r.pool, &report.bytes_read, &report.bytes_read_direct));
   return report;
 }
 

@@ -266,8 +266,16 @@ Result<DeviceStream*> ReadSession::DeviceStreamFor(Device device) {
   return device_->Stream(device);
 }
 
+uint32_t ReadSession::DirectAlignment() {
+  if (!direct_align_known_) {
+    direct_align_ = file_.direct_memory_alignment();
+    direct_align_known_ = true;
+  }
+  return direct_align_;
+}
+
 Status ReadSession::Read(const std::vector<ReadTarget>& targets, ThreadPool& pool,
-                         uint64_t* bytes_read) {
+                         uint64_t* bytes_read, uint64_t* bytes_direct) {
   std::map<uint64_t, ChunkTask> tasks;
   for (const ReadTarget& t : targets) {
     DeviceStream* stream = nullptr;
@@ -299,7 +307,7 @@ Status ReadSession::Read(const std::vector<ReadTarget>& targets, ThreadPool& poo
       AlignUp(std::clamp<uint64_t>(options_.io.block_size, kAlignment, AlignUp(size)));
   ScanJob job;
   std::vector<const ChunkTask*> order;
-  job.requests = GroupRequests(tasks, block, direct_align_, &order, &job.direct);
+  job.requests = GroupRequests(tasks, block, DirectAlignment(), &order, &job.direct);
   for (const ChunkTask* t : order) job.item_begin.push_back(t->chunk->offset);
   uint64_t staged = 0;
   for (size_t r = 0; r < job.requests.size(); ++r) {
@@ -323,7 +331,11 @@ Status ReadSession::Read(const std::vector<ReadTarget>& targets, ThreadPool& poo
     };
   }
   CKFMT_RETURN_IF_ERROR(RunScan(file_, *staging_, job, pool));
-  for (const ScanRequest& r : job.requests) *bytes_read += r.end - r.begin;
+  for (size_t r = 0; r < job.requests.size(); ++r) {
+    const uint64_t n = job.requests[r].end - job.requests[r].begin;
+    *bytes_read += n;
+    if (job.direct[r]) *bytes_direct += n;
+  }
   return Status::OK();
 }
 

@@ -29,14 +29,16 @@ struct ReadTarget {
 class ReadSession {
  public:
   // REQUIRES: `file` and `options` outlive the session.
-  ReadSession(const File& file, const ReadOptions& options)
-      : file_(file), options_(options), direct_align_(file.direct_memory_alignment()) {}
+  ReadSession(const File& file, const ReadOptions& options) : file_(file), options_(options) {}
 
   // Reads exactly the chunks that overlap the targets (each chunk once,
   // even when several targets need it), verifies their checksums if asked,
   // decodes them and copies each overlap into place. Fails if a target
-  // asks for elements no piece holds. Adds the bytes read to *bytes_read.
-  Status Read(const std::vector<ReadTarget>& targets, ThreadPool& pool, uint64_t* bytes_read);
+  // asks for elements no piece holds. Adds the bytes read to *bytes_read,
+  // and those of them read straight into their destinations to
+  // *bytes_direct.
+  Status Read(const std::vector<ReadTarget>& targets, ThreadPool& pool, uint64_t* bytes_read,
+              uint64_t* bytes_direct);
 
  private:
   // Makes staging_ fit reads of a `size`-byte file with `staged` bytes
@@ -47,7 +49,12 @@ class ReadSession {
 
   const File& file_;
   const ReadOptions& options_;
-  const uint32_t direct_align_;  // the file's O_DIRECT memory alignment; 0: not direct
+  // The file's O_DIRECT memory alignment (0: not direct), asked once, at
+  // the first read from the disk: the session may be made before the file
+  // is opened.
+  uint32_t DirectAlignment();
+  uint32_t direct_align_ = 0;
+  bool direct_align_known_ = false;
   std::unique_ptr<ScanStaging> staging_;
   File buffered_;  // for files already in the page cache
   std::unique_ptr<DeviceStaging> device_;  // after staging_: unpins before it goes

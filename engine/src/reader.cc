@@ -67,7 +67,9 @@ Status CheckpointReader::ReadRegion(const KeyPath& path, const Region& region, v
     return Status::InvalidArgument(this->path() + ": " + FormatKeyPath(path) + ": " + s.message());
   }
   uint64_t bytes = 0;
-  return impl_->session.Read({{e, region, static_cast<uint8_t*>(dst), device}}, impl_->pool, &bytes);
+  uint64_t direct = 0;
+  return impl_->session.Read({{e, region, static_cast<uint8_t*>(dst), device}}, impl_->pool, &bytes,
+                             &direct);
 }
 
 Result<Tensor> CheckpointReader::ReadTensor(const KeyPath& path, const Allocator& allocator) {

@@ -1,7 +1,10 @@
 // Loads from the disk read whole-block uncompressed chunks straight into
 // destinations aligned for O_DIRECT, and everything else through staging.
 // Both must give the same bytes and the same checks.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -50,6 +53,31 @@ class DirectReadTest : public ::testing::Test {
     return Value(std::move(root));
   }
 
+  // The memory alignment O_DIRECT reads of `path` need (statx), or 0 where
+  // the file system refuses O_DIRECT: then nothing is read straight into
+  // place.
+  static uint32_t DirectAlignment(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT);
+    if (fd < 0) return 0;
+    uint32_t align = 4096;
+#ifdef STATX_DIOALIGN
+    struct statx sx;
+    if (::statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 &&
+        (sx.stx_mask & STATX_DIOALIGN) && sx.stx_dio_mem_align > 0) {
+      align = sx.stx_dio_mem_align;
+    }
+#endif
+    ::close(fd);
+    return align;
+  }
+  // Bytes a load of "aligned" (page-aligned) or "offset" (64 bytes into a
+  // page) reads straight into place: its four whole 64 KiB chunks, where
+  // the destination meets the alignment; never the 100-byte tail.
+  uint64_t ExpectedDirect(size_t page_offset) const {
+    const uint32_t align = DirectAlignment(path);
+    return align > 0 && page_offset % align == 0 ? 4 * kChunk : 0;
+  }
+
   Result<LoadReport> LoadFromDisk(Value* into, bool verify = true) {
     DropFileCache(path);
     ReadOptions ro;
@@ -70,7 +98,10 @@ class DirectReadTest : public ::testing::Test {
 
 TEST_F(DirectReadTest, AlignedAndOffsetDestinationsLoadBitwise) {
   Value into = Destination();
-  CKFMT_ASSERT_OK(LoadFromDisk(&into));
+  auto report = LoadFromDisk(&into);
+  CKFMT_ASSERT_OK(report);
+  EXPECT_EQ(report->bytes_read_direct, ExpectedDirect(0) + ExpectedDirect(64));
+  EXPECT_EQ(report->bytes_read, 2 * (4 * kChunk + 4096));
   for (const char* key : {"aligned", "offset"}) {
     EXPECT_EQ(TensorBytes(into.Find({key})->as_tensor()),
               TensorBytes(original.Find({key})->as_tensor()))
@@ -99,7 +130,9 @@ TEST_F(DirectReadTest, OneReaderLoadsAlignedThenOffsetThenAlignedAgain) {
     LoadOptions lo;
     lo.prefixes = {{"aligned"}};
     DropFileCache(path);
-    CKFMT_ASSERT_OK((*reader)->Load(&into, lo));
+    auto report = (*reader)->Load(&into, lo);
+    CKFMT_ASSERT_OK(report);
+    EXPECT_EQ(report->bytes_read_direct, ExpectedDirect(offset)) << offset;
     EXPECT_EQ(TensorBytes(into.Find({"aligned"})->as_tensor()),
               TensorBytes(original.Find({"aligned"})->as_tensor()))
         << offset;
@@ -108,7 +141,9 @@ TEST_F(DirectReadTest, OneReaderLoadsAlignedThenOffsetThenAlignedAgain) {
 
 TEST_F(DirectReadTest, ReconstructedTensorsLoadBitwise) {
   Value into = Dict{};
-  CKFMT_ASSERT_OK(LoadFromDisk(&into));
+  auto report = LoadFromDisk(&into);
+  CKFMT_ASSERT_OK(report);
+  EXPECT_EQ(report->bytes_read_direct, 2 * ExpectedDirect(0));
   for (const char* key : {"aligned", "offset"}) {
     const Tensor& t = into.Find({key})->as_tensor();
     EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % 4096, 0u) << key;

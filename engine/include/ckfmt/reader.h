@@ -53,6 +53,10 @@ struct LoadReport {
   std::vector<KeyPath> missing;          // caller has, file lacks
   std::vector<KeyPath> unexpected;       // file has, caller lacks, not reconstructed
   uint64_t bytes_read = 0;
+  // Of bytes_read, those read from the disk straight into the destination
+  // tensors (uncompressed chunks of whole 4096-byte blocks, into memory
+  // aligned as the file's O_DIRECT asks); the rest went through staging.
+  uint64_t bytes_read_direct = 0;
   // A readable multi-line summary listing every key by category.
   std::string ToString() const;
 };
