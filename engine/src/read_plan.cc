@@ -266,14 +266,6 @@ Result<DeviceStream*> ReadSession::DeviceStreamFor(Device device) {
   return device_->Stream(device);
 }
 
-uint32_t ReadSession::DirectAlignment() {
-  if (!direct_align_known_) {
-    direct_align_ = file_.direct_memory_alignment();
-    direct_align_known_ = true;
-  }
-  return direct_align_;
-}
-
 Status ReadSession::Read(const std::vector<ReadTarget>& targets, ThreadPool& pool,
                          uint64_t* bytes_read, uint64_t* bytes_direct) {
   std::map<uint64_t, ChunkTask> tasks;
@@ -307,7 +299,7 @@ Status ReadSession::Read(const std::vector<ReadTarget>& targets, ThreadPool& poo
       AlignUp(std::clamp<uint64_t>(options_.io.block_size, kAlignment, AlignUp(size)));
   ScanJob job;
   std::vector<const ChunkTask*> order;
-  job.requests = GroupRequests(tasks, block, DirectAlignment(), &order, &job.direct);
+  job.requests = GroupRequests(tasks, block, file_.direct_memory_alignment(), &order, &job.direct);
   for (const ChunkTask* t : order) job.item_begin.push_back(t->chunk->offset);
   uint64_t staged = 0;
   for (size_t r = 0; r < job.requests.size(); ++r) {

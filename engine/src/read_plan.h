@@ -49,12 +49,6 @@ class ReadSession {
 
   const File& file_;
   const ReadOptions& options_;
-  // The file's O_DIRECT memory alignment (0: not direct), asked once, at
-  // the first read from the disk: the session may be made before the file
-  // is opened.
-  uint32_t DirectAlignment();
-  uint32_t direct_align_ = 0;
-  bool direct_align_known_ = false;
   std::unique_ptr<ScanStaging> staging_;
   File buffered_;  // for files already in the page cache
   std::unique_ptr<DeviceStaging> device_;  // after staging_: unpins before it goes

@@ -52,7 +52,7 @@ File& File::operator=(File&& o) noexcept {
   if (this != &o) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = o.fd_;
-    direct_ = o.direct_;
+    direct_align_ = o.direct_align_;
     path_ = std::move(o.path_);
     o.fd_ = -1;
   }
@@ -63,13 +63,27 @@ File::~File() {
 }
 
 namespace {
-// Opens with O_DIRECT when asked and allowed; sets `*got_direct`.
-int OpenMaybeDirect(const std::string& path, int flags, bool direct, bool* got_direct) {
-  *got_direct = false;
+// The memory alignment O_DIRECT transfers on `fd` need: statx's
+// dio_mem_align, or kAlignment where the kernel does not say.
+uint32_t DirectMemoryAlignment(int fd) {
+#ifdef STATX_DIOALIGN
+  struct statx sx;
+  if (::statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN) &&
+      sx.stx_dio_mem_align > 0 && (sx.stx_dio_mem_align & (sx.stx_dio_mem_align - 1)) == 0) {
+    return sx.stx_dio_mem_align;
+  }
+#endif
+  return kAlignment;
+}
+
+// Opens with O_DIRECT when asked and allowed; sets `*direct_align` to the
+// alignment it needs, or 0 if the file was opened buffered.
+int OpenMaybeDirect(const std::string& path, int flags, bool direct, uint32_t* direct_align) {
+  *direct_align = 0;
   if (direct) {
     int fd = ::open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, 0644);
     if (fd >= 0) {
-      *got_direct = true;
+      *direct_align = DirectMemoryAlignment(fd);
       return fd;
     }
     if (errno != EINVAL) return -1;
@@ -81,7 +95,7 @@ int OpenMaybeDirect(const std::string& path, int flags, bool direct, bool* got_d
 
 Result<File> File::Create(const std::string& path, bool direct) {
   File f;
-  f.fd_ = OpenMaybeDirect(path, O_WRONLY | O_CREAT | O_EXCL, direct, &f.direct_);
+  f.fd_ = OpenMaybeDirect(path, O_WRONLY | O_CREAT | O_EXCL, direct, &f.direct_align_);
   if (f.fd_ < 0) return Status::FromErrno(errno, "cannot create " + path);
   f.path_ = path;
   return f;
@@ -89,7 +103,7 @@ Result<File> File::Create(const std::string& path, bool direct) {
 
 Result<File> File::OpenWrite(const std::string& path, bool direct) {
   File f;
-  f.fd_ = OpenMaybeDirect(path, O_WRONLY, direct, &f.direct_);
+  f.fd_ = OpenMaybeDirect(path, O_WRONLY, direct, &f.direct_align_);
   if (f.fd_ < 0) return Status::FromErrno(errno, "cannot open " + path + " for writing");
   f.path_ = path;
   return f;
@@ -97,7 +111,7 @@ Result<File> File::OpenWrite(const std::string& path, bool direct) {
 
 Result<File> File::OpenRead(const std::string& path, bool direct) {
   File f;
-  f.fd_ = OpenMaybeDirect(path, O_RDONLY, direct, &f.direct_);
+  f.fd_ = OpenMaybeDirect(path, O_RDONLY, direct, &f.direct_align_);
   if (f.fd_ < 0) {
     int err = errno;
     Status s = Status::FromErrno(err, "cannot open " + path);
@@ -111,21 +125,9 @@ Result<File> File::OpenRead(const std::string& path, bool direct) {
   return f;
 }
 
-uint32_t File::direct_memory_alignment() const {
-  if (!direct_) return 0;
-#ifdef STATX_DIOALIGN
-  struct statx sx;
-  if (::statx(fd_, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN) &&
-      sx.stx_dio_mem_align > 0 && (sx.stx_dio_mem_align & (sx.stx_dio_mem_align - 1)) == 0) {
-    return sx.stx_dio_mem_align;
-  }
-#endif
-  return kAlignment;
-}
-
 Result<File> File::Reopen(bool direct) const {
   File f;
-  f.fd_ = OpenMaybeDirect("/proc/self/fd/" + std::to_string(fd_), O_RDONLY, direct, &f.direct_);
+  f.fd_ = OpenMaybeDirect("/proc/self/fd/" + std::to_string(fd_), O_RDONLY, direct, &f.direct_align_);
   if (f.fd_ < 0) return Status::FromErrno(errno, "cannot reopen " + path_);
   f.path_ = path_;
   return f;

@@ -49,11 +49,12 @@ class File {
   Result<File> Reopen(bool direct) const;
 
   int fd() const { return fd_; }
-  bool direct() const { return direct_; }
+  bool direct() const { return direct_align_ != 0; }
   // For a direct file: the alignment O_DIRECT transfers need of memory
   // addresses (statx's dio_mem_align: 512 on a virtio disk, 4 on NVMe),
-  // or kAlignment where the kernel does not say. 0 for a buffered file.
-  uint32_t direct_memory_alignment() const;
+  // or kAlignment where the kernel does not say; asked when the file was
+  // opened. 0 for a buffered file.
+  uint32_t direct_memory_alignment() const { return direct_align_; }
   const std::string& path() const { return path_; }
   Result<uint64_t> Size() const;
   // Positioned full read/write (loops over short transfers).
@@ -65,7 +66,7 @@ class File {
 
  private:
   int fd_ = -1;
-  bool direct_ = false;
+  uint32_t direct_align_ = 0;  // 0: opened buffered
   std::string path_;
 };
 
