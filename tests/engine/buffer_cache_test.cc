@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -37,6 +38,21 @@ TEST(BufferCacheTest, AHugeBufferIsReusedAndZeroedAgain) {
   AlignedBuffer c(6 * kMiB);
   EXPECT_NE(c.data(), first);
   ReleaseStagingCache();
+}
+
+TEST(ZeroFillTest, ZeroesExactlyTheRangeWhateverItsSize) {
+  // Sizes on both sides of the one-thread limit and of the shares' 2 MiB
+  // rounding; the guard bytes after the range must survive.
+  for (size_t n : {size_t{1}, size_t{4097}, 16 * kMiB, 32 * kMiB + 4097, 100 * kMiB + 3}) {
+    const size_t guard = 64;
+    std::vector<uint8_t> buf(n + guard);
+    std::memset(buf.data(), 0xab, buf.size());
+    ZeroFill(buf.data(), n);
+    const uint8_t* nonzero =
+        std::find_if(buf.data(), buf.data() + n, [](uint8_t b) { return b != 0; });
+    EXPECT_EQ(nonzero, buf.data() + n) << n << ": byte " << (nonzero - buf.data()) << " not zeroed";
+    for (size_t i = n; i < buf.size(); ++i) ASSERT_EQ(buf[i], 0xab) << n << ": wrote past the end";
+  }
 }
 
 TEST(BufferCacheTest, KeepsTheNewestWithinItsCapAndReleasesOnRequest) {

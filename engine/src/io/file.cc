@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "ckfmt/file_layout.h"
@@ -22,6 +23,34 @@ namespace ckfmt {
 namespace {
 constexpr size_t kHugePage = size_t{2} << 20;
 }  // namespace
+
+// Zeroing fresh memory is what faults it in, and that first touch is the
+// cost: a VM may back guest memory only then (this one, a Firecracker
+// guest, took 125-172 ms for 68 MiB on one thread, 61-104 ms on two; 2.7-4.3
+// s for 2 GiB, 1.4-1.6 s on two), and it delays a process's first load,
+// verify or async-save Prepare() while the disk waits.
+void ZeroFill(uint8_t* p, size_t n) {
+  constexpr size_t kPerThread = size_t{16} << 20;
+  const size_t threads = std::min<size_t>(
+      {std::max(1u, std::thread::hardware_concurrency()), n / kPerThread, 8});
+  if (threads <= 1) {
+    std::memset(p, 0, n);
+    return;
+  }
+  const size_t share = (n / threads + kHugePage - 1) / kHugePage * kHugePage;
+  std::vector<std::thread> helpers;
+  size_t begin = share;  // [0, share) is this thread's
+  try {
+    for (; begin < n; begin += share) {
+      helpers.emplace_back([=] { std::memset(p + begin, 0, std::min(share, n - begin)); });
+    }
+  } catch (...) {
+    // No more threads (or room to track them): this one zeroes the rest.
+  }
+  std::memset(p, 0, std::min(share, n));
+  if (begin < n) std::memset(p + begin, 0, n - begin);
+  for (std::thread& h : helpers) h.join();
+}
 
 void AlignedBuffer::Free::operator()(uint8_t* p) const {
   if (alloc >= kHugePage) return GiveCachedBuffer(p, alloc);
@@ -38,12 +67,14 @@ AlignedBuffer::AlignedBuffer(size_t size) : size_(size) {
   const size_t align = huge ? kHugePage : kAlignment;
   size_t alloc = (std::max<size_t>(size, 1) + align - 1) / align * align;
   uint8_t* p = huge ? TakeCachedBuffer(alloc) : nullptr;
-  if (!p) {
+  if (p) {
+    std::memset(p, 0, alloc);  // resident already: one thread is quick
+  } else {
     p = static_cast<uint8_t*>(std::aligned_alloc(align, alloc));
     if (!p) throw std::bad_alloc();
     if (huge) (void)::madvise(p, alloc, MADV_HUGEPAGE);
+    ZeroFill(p, alloc);
   }
-  std::memset(p, 0, alloc);
   data_ = std::unique_ptr<uint8_t, Free>(p, Free(alloc));
 }
 

@@ -9,6 +9,10 @@
 
 namespace ckfmt {
 
+// Zeroes `n` bytes at `p`, on several threads when `n` is tens of MiB:
+// fresh memory is faulted in by it, slowly in some VMs.
+void ZeroFill(uint8_t* p, size_t n);
+
 // Memory aligned for O_DIRECT (4096 bytes), zero-initialised. Buffers of a
 // huge page or more come from, and go back to, the buffer cache.
 class AlignedBuffer {
