@@ -9,8 +9,9 @@
 
 namespace ckfmt {
 
-// Zeroes `n` bytes at `p`, on several threads when `n` is tens of MiB:
-// fresh memory is faulted in by it, slowly in some VMs.
+// Zeroes `n` bytes at `p`, on up to 8 short-lived threads (whatever
+// IoOptions::threads says) when `n` is 32 MiB or more: fresh memory is
+// faulted in by it, slowly in some VMs.
 void ZeroFill(uint8_t* p, size_t n);
 
 // Memory aligned for O_DIRECT (4096 bytes), zero-initialised. Buffers of a
