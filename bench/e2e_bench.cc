@@ -446,17 +446,16 @@ int main(int argc, char** argv) {
   }
   if (args.raw_only) {  // the baseline other benchmarks compare against
     RawIo rawio;
-    const uint64_t bytes = size_bytes;
     const std::string path = args.dir + "/raw.bin";
     std::vector<double> w, r;
     for (int i = 0; i < args.runs; ++i) {
       // Each timed write follows an untimed one, as in the main benchmark
       // (see warm_up_writes there): the first write after reads is slower.
       RemoveAndSettle(path);
-      RawTransfer(path, bytes, true, rawio);
+      RawTransfer(path, size_bytes, true, rawio);
       RemoveAndSettle(path);
-      w.push_back(double(bytes) / kGiB / RawTransfer(path, bytes, true, rawio));
-      r.push_back(double(bytes) / kGiB / RawTransfer(path, bytes, false, rawio));
+      w.push_back(double(size_bytes) / kGiB / RawTransfer(path, size_bytes, true, rawio));
+      r.push_back(double(size_bytes) / kGiB / RawTransfer(path, size_bytes, false, rawio));
     }
     ::unlink(path.c_str());
     if (made_dir) ::rmdir(args.dir.c_str());
