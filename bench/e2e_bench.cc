@@ -506,7 +506,7 @@ int main(int argc, char** argv) {
 
   RawIo rawio;
 
-  Series raw_w{"raw write (io_uring O_DIRECT 4MiB QD8 +fsync)"};
+  Series raw_w{"raw write (io_uring O_DIRECT 4MiB QD8, allocated +fsync)"};
   Series raw_r{"raw read  (io_uring O_DIRECT 4MiB QD8, fresh file)"};
   Series mcp{"memcpy of the state (1 thread)"};
   Series async_blocked{"async save, caller blocked (state / time)"};

@@ -170,6 +170,9 @@ double RawTransfer(const std::string& path, uint64_t bytes, bool write, RawIo& i
   for (unsigned i = 0; i < kRawDepth; ++i) free_slots.push_back(i);
   uint64_t submitted = 0, done = 0;
   const auto t0 = Clock::now();
+  // Writes inside the file's size run side by side on ext4; extending ones
+  // run one at a time. The baseline is the faster of the two.
+  if (write) (void)::fallocate(fd, 0, 0, static_cast<off_t>(bytes));
   while (done < nblocks) {
     unsigned queued = 0;
     while (!free_slots.empty() && submitted < nblocks) {

@@ -63,7 +63,9 @@ struct RawIo {
 };
 
 // Seconds to move `bytes` (a multiple of kRawBlock) between `path` and
-// memory; a write creates the file and includes its fsync.
+// memory; a write creates the file, allocates all of it first (as the
+// engine allocates ahead of its writes; where the file system cannot, it
+// writes on) and includes the allocation and its fsync.
 double RawTransfer(const std::string& path, uint64_t bytes, bool write, RawIo& io);
 
 // One row of results: a figure per run, with what each run cost.

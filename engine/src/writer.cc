@@ -18,11 +18,12 @@
 namespace ckfmt {
 
 inline constexpr const char* kWriterVersion = "0.1.0";
-// Writes in flight at most for compressed saves. Each write extends the
-// file, and ext4 runs extending O_DIRECT writes one at a time: a raw stream
-// of them went no faster deeper (4 MiB each: 2.26 GiB/s at depth 2-4, 2.1
-// at 8, 1.7-1.9 at 11; later A/B runs of whole saves at depth 2, 4, 8 and
-// unlimited were within the disk's noise), and fewer slots wait on the disk.
+// Writes in flight at most for compressed saves: deeper went no faster,
+// and fewer slots wait on the disk. Measured with extending writes, which
+// ext4 runs one at a time (4 MiB each: 2.26 GiB/s at depth 2-4, 2.1 at 8,
+// 1.7-1.9 at 11; A/B runs of whole saves at depth 2, 4, 8 and unlimited
+// within the disk's noise), and again with the file allocated ahead (depth
+// 4, 8 and unlimited within the noise, 6 alternations each).
 inline constexpr size_t kCompressedWriteDepth = 4;
 
 class CheckpointWriter::Impl {
@@ -112,13 +113,15 @@ Status CheckpointWriter::Impl::Open() {
   // workers stay busy); the slots of the batch being filled come on top of
   // the staging budget, so that the budget stays in flight meanwhile: a
   // disk's throughput follows the bytes in flight. Uncompressed batches
-  // leave one core to the kernel: ext4 runs extending O_DIRECT writes one at
-  // a time, each issued by an io_uring worker thread that must get a core
-  // the moment the previous write ends, and copying on every core also
-  // takes memory bandwidth the disk's DMA needs. On 2 cores, one copying
-  // thread saved at 0.90-1.07x (median 1.00) the raw write beside it,
-  // two threads at 0.87-1.03x (median 0.91): 9 alternations of
-  // ckfmt-bench-e2e --codecs none, 8 favouring one thread.
+  // leave one core to the kernel: copying on every core takes memory
+  // bandwidth the disk's DMA needs, and where the file cannot be allocated
+  // ahead, ext4 runs extending O_DIRECT writes one at a time, each issued
+  // by an io_uring worker thread that must get a core the moment the
+  // previous write ends. On 2 cores, one copying thread saved at 0.90-1.07x
+  // (median 1.00) the raw write beside it, two threads at 0.87-1.03x
+  // (median 0.91): 9 alternations of ckfmt-bench-e2e --codecs none, 8
+  // favouring one thread (before allocating ahead; 6 alternations since
+  // showed no gain from the second thread either).
   batch_max_ = opts_.codec == Codec::kNone ? std::max<size_t>(1, pool_.size() - 1)
                                            : 2 * size_t{pool_.size()};
   const size_t budget = std::max<size_t>(2, opts_.io.staging_bytes / block);
@@ -139,6 +142,7 @@ Status CheckpointWriter::Impl::Open() {
   }
   CKFMT_ASSIGN_OR_RETURN(out_, StagedOutput::Create(file_, opts_.io, block, slots));
   if (opts_.codec != Codec::kNone) out_->LimitWrites(kCompressedWriteDepth);
+  out_->AllocateAhead();  // this writer owns the whole file
   stats_.io_path = out_->io_name();
   index_.writer_name = "ckfmt";
   index_.writer_version = kWriterVersion;

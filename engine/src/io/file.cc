@@ -204,6 +204,29 @@ Status File::WriteAt(uint64_t offset, const void* buf, size_t len) const {
   return Status::OK();
 }
 
+Status File::Allocate(uint64_t offset, uint64_t len) const {
+  int rc;
+  do {
+    rc = ::fallocate(fd_, 0, static_cast<off_t>(offset), static_cast<off_t>(len));
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    return Status::FromErrno(errno, "cannot allocate " + std::to_string(len) + " bytes at offset " +
+                                        std::to_string(offset) + " of " + path_);
+  }
+  return Status::OK();
+}
+
+Status File::Truncate(uint64_t size) const {
+  int rc;
+  do {
+    rc = ::ftruncate(fd_, static_cast<off_t>(size));
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    return Status::FromErrno(errno, "cannot set the size of " + path_ + " to " + std::to_string(size));
+  }
+  return Status::OK();
+}
+
 Status File::Sync() const {
   if (::fsync(fd_) != 0) return Status::FromErrno(errno, "fsync of " + path_);
   return Status::OK();

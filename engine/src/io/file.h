@@ -66,6 +66,11 @@ class File {
   // REQUIRES for direct files: aligned buffer, offset and length.
   Status ReadAt(uint64_t offset, void* buf, size_t len) const;
   Status WriteAt(uint64_t offset, const void* buf, size_t len) const;
+  // Allocates [offset, offset + len) (fallocate mode 0): the file's size
+  // grows to cover it, and the blocks read as zeros until written.
+  Status Allocate(uint64_t offset, uint64_t len) const;
+  // Sets the file's size (ftruncate): blocks beyond it are freed.
+  Status Truncate(uint64_t size) const;
   Status Sync() const;
   Status Close();
 

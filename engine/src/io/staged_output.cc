@@ -1,5 +1,6 @@
 #include "io/staged_output.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "ckfmt/checksum.h"
@@ -14,8 +15,9 @@ Result<std::unique_ptr<StagedOutput>> StagedOutput::Create(const File& file,
   if (!IsAligned(block_size) || !IsAligned(base) || slots < 3) {
     return Status::InvalidArgument("staging needs >= 3 slots of a 4096-multiple size");
   }
-  std::unique_ptr<StagedOutput> out(new StagedOutput(block_size));
+  std::unique_ptr<StagedOutput> out(new StagedOutput(file, block_size));
   out->slot_offset_ = base;
+  out->allocated_end_ = base;
   for (size_t i = 0; i < slots; ++i) {
     out->slots_.emplace_back(block_size);
     out->free_.push_back(static_cast<int>(slots - 1 - i));
@@ -44,9 +46,21 @@ Status StagedOutput::Pump() {
     auto [slot, offset] = ready_.front();
     ready_.pop_front();
     --released_;
+    AllocateFor(offset + ready_len_[slot]);
     CKFMT_RETURN_IF_ERROR(io_->SubmitWrite(slot, offset, ready_len_[slot]));
   }
   return Status::OK();
+}
+
+void StagedOutput::AllocateFor(uint64_t end) {
+  if (allocate_step_ == 0 || end <= allocated_end_) return;
+  const uint64_t len = std::max(allocate_step_, end - allocated_end_);
+  if (!file_.Allocate(allocated_end_, len).ok()) {
+    allocate_step_ = 0;  // a write that finds no room will say so itself
+    return;
+  }
+  allocated_end_ += len;
+  allocate_step_ = std::min(2 * allocate_step_, kMaxAllocateStep);
 }
 
 Status StagedOutput::TakeSlot() {
@@ -132,6 +146,8 @@ Status StagedOutput::Finish() {
     Status s = Reap();
     if (first.ok()) first = s;
   }
+  // The footer must end the file: drop what was allocated beyond it.
+  if (first.ok() && allocated_end_ > position()) first = file_.Truncate(position());
   return first;
 }
 

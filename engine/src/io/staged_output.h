@@ -47,6 +47,16 @@ class StagedOutput {
 
   // At most `n` writes in flight from now on (0: as many as slots).
   void LimitWrites(size_t n) { max_writes_ = n; }
+  // From now on, allocates the file ahead of the writes, in steps that grow
+  // from 16 to 256 MiB, so that every write lands inside the file's size;
+  // Finish() then trims the file to its end. Where the file system refuses
+  // an allocation (unsupported, or no room for a whole step), writes extend
+  // the file from there on. Why: ext4 runs writes that extend a file one at
+  // a time, each on an io_uring worker thread that waits for it; writes
+  // inside the size go to the disk together, from the submitting thread.
+  // REQUIRES: the writer owns the file from its base on (trimming would cut
+  // another writer's range).
+  void AllocateAhead() { allocate_step_ = kFirstAllocateStep; }
 
   uint64_t position() const { return slot_offset_ + fill_; }
   // The staging buffers (the writer pins them for device copies).
@@ -54,12 +64,17 @@ class StagedOutput {
   std::string io_name() const { return io_->name(); }
 
  private:
-  StagedOutput(size_t block_size) : block_size_(block_size) {}
+  StagedOutput(const File& file, size_t block_size) : file_(file), block_size_(block_size) {}
   Status TakeSlot();          // makes a free slot current
   Status Pump();              // starts released writes while under the limit
   void RetireCurrent();       // current slot -> ready list
   Status Reap();              // waits for one write; frees its slot
+  void AllocateFor(uint64_t end);  // under AllocateAhead(): the file covers `end`
 
+  static constexpr uint64_t kFirstAllocateStep = 16ull << 20;
+  static constexpr uint64_t kMaxAllocateStep = 256ull << 20;
+
+  const File& file_;
   size_t block_size_;
   std::vector<AlignedBuffer> slots_;
   std::unique_ptr<BlockIo> io_;
@@ -72,6 +87,8 @@ class StagedOutput {
   uint64_t slot_offset_ = 0;  // file offset of the current slot's byte 0
   size_t fill_ = 0;           // bytes used in the current slot
   size_t reserved_ = 0;
+  uint64_t allocate_step_ = 0;  // 0: no allocating ahead
+  uint64_t allocated_end_ = 0;  // the file is allocated up to here
 };
 
 }  // namespace ckfmt

@@ -1,0 +1,154 @@
+// StagedOutput's file allocation: ahead of the writes for a writer that owns
+// the file, never for one that writes a range of another's file.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ckfmt/file_layout.h"
+#include "io/file.h"
+#include "io/staged_output.h"
+#include "util/file_util.h"
+#include "util/temp_dir.h"
+
+namespace ckfmt {
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+// Whether this directory's file system allocates (tmpfs and ext4 do).
+bool CanAllocate(const std::string& dir) {
+  const std::string probe = dir + "/probe";
+  int fd = ::open(probe.c_str(), O_CREAT | O_WRONLY, 0644);
+  bool ok = fd >= 0 && ::fallocate(fd, 0, 0, 4096) == 0;
+  if (fd >= 0) ::close(fd);
+  ::unlink(probe.c_str());
+  return ok;
+}
+
+uint64_t SizeOf(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return static_cast<uint64_t>(st.st_size);
+}
+
+uint64_t AllocatedBytes(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return static_cast<uint64_t>(st.st_blocks) * 512;
+}
+
+// Puts `chunks` (each padded to 4096 by Put) and returns what the file
+// must then hold from the output's base.
+std::vector<uint8_t> PutAll(StagedOutput& out, const std::vector<std::vector<uint8_t>>& chunks) {
+  std::vector<uint8_t> expected;
+  for (const auto& c : chunks) {
+    auto at = out.Put(c.data(), c.size());
+    EXPECT_TRUE(at.ok()) << at.status().ToString();
+    expected.insert(expected.end(), c.begin(), c.end());
+    expected.resize(AlignUp(expected.size()), 0);
+  }
+  return expected;
+}
+
+// A new file written from its start, allocated ahead.
+class AllocateAheadTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!CanAllocate(dir_.path())) GTEST_SKIP() << "the file system does not allocate";
+    file = File::Create(path, /*direct=*/true);
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    out = StagedOutput::Create(*file, IoOptions{}, 4 * kMiB, 4);
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    (*out)->AllocateAhead();
+  }
+
+  ckfmt_test::ScopedTempDir dir_;
+  const std::string path = dir_.File("out.bin");
+  Result<File> file = Status::Internal("not opened");
+  Result<std::unique_ptr<StagedOutput>> out = Status::Internal("not opened");
+};
+
+TEST_F(AllocateAheadTest, AllocatesAheadAndTrimsTheFileToItsEnd) {
+  // The first slot's write allocates a whole first step.
+  std::vector<std::vector<uint8_t>> first = {RandomBytes(4 * kMiB + 123, 1)};
+  std::vector<uint8_t> expected = PutAll(**out, first);
+  EXPECT_GE(SizeOf(path), 16 * kMiB) << "nothing was allocated ahead of the writes";
+
+  // Then past the 16 and 48 MiB step boundaries, ending mid-step.
+  std::vector<std::vector<uint8_t>> more;
+  for (uint32_t i = 0; i < 13; ++i) more.push_back(RandomBytes(4 * kMiB - 4096 * i - 7, 2 + i));
+  std::vector<uint8_t> rest = PutAll(**out, more);
+  expected.insert(expected.end(), rest.begin(), rest.end());
+  ASSERT_TRUE((*out)->Finish().ok());
+  ASSERT_TRUE(file->Close().ok());
+
+  EXPECT_EQ(SizeOf(path), expected.size());
+  EXPECT_LE(AllocatedBytes(path), expected.size() + 1 * kMiB) << "allocation beyond the end kept";
+  EXPECT_TRUE(ckfmt_test::ReadFileBytes(path) == std::string(expected.begin(), expected.end()));
+}
+
+TEST_F(AllocateAheadTest, WritesOnWhereTheFileSystemRefusesToAllocate) {
+  // A file size limit of 24 MiB admits the first step (16 MiB) but not the
+  // second (to 48 MiB); the writes below it must all land.
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  rlimit lim = old;
+  lim.rlim_cur = 24 * kMiB;
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &lim), 0);
+  std::vector<std::vector<uint8_t>> chunks;
+  for (uint32_t i = 0; i < 5; ++i) chunks.push_back(RandomBytes(4 * kMiB - 4096 - i, 20 + i));
+  std::vector<uint8_t> expected = PutAll(**out, chunks);
+  Status finished = (*out)->Finish();
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+  ASSERT_TRUE(finished.ok()) << finished.ToString();
+  ASSERT_TRUE(file->Close().ok());
+
+  EXPECT_EQ(SizeOf(path), expected.size());
+  EXPECT_TRUE(ckfmt_test::ReadFileBytes(path) == std::string(expected.begin(), expected.end()));
+}
+
+TEST(StagedOutputRangeTest, ARangeWriterLeavesTheRestOfTheFileAlone) {
+  ckfmt_test::ScopedTempDir dir;
+  const std::string path = dir.File("shared.bin");
+  // Another writer's bytes fill 24 MiB; this one writes [8, 16) MiB.
+  const std::vector<uint8_t> before = RandomBytes(24 * kMiB, 40);
+  {
+    auto f = File::Create(path, /*direct=*/false);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_TRUE(f->WriteAt(0, before.data(), before.size()).ok());
+    ASSERT_TRUE(f->Close().ok());
+  }
+  auto file = File::OpenWrite(path, /*direct=*/true);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  auto out = StagedOutput::Create(*file, IoOptions{}, 4 * kMiB, 4, 8 * kMiB);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  std::vector<std::vector<uint8_t>> chunks = {RandomBytes(4 * kMiB, 41), RandomBytes(4 * kMiB, 42)};
+  std::vector<uint8_t> mine = PutAll(**out, chunks);
+  ASSERT_TRUE((*out)->Finish().ok());
+  ASSERT_TRUE(file->Close().ok());
+
+  std::vector<uint8_t> expected = before;
+  std::copy(mine.begin(), mine.end(), expected.begin() + 8 * kMiB);
+  EXPECT_EQ(SizeOf(path), before.size());
+  EXPECT_TRUE(ckfmt_test::ReadFileBytes(path) == std::string(expected.begin(), expected.end()));
+}
+
+}  // namespace
+}  // namespace ckfmt
