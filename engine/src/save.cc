@@ -46,6 +46,12 @@ Result<WriteStats> Save(const std::string& path, const Value& state_dict,
   }
   CKFMT_ASSIGN_OR_RETURN(auto writer, CheckpointWriter::Create(path, options));
   writer->DeferHostReads();  // the state dict outlives the writer
+  uint64_t bytes = 0;
+  VisitValues(state_dict, [&](const KeyPath&, const Value& v) {
+    if (v.kind() == Value::Kind::kTensor) bytes += v.as_tensor().nbytes();
+    if (v.kind() == Value::Kind::kBytes) bytes += v.as_bytes().data.size();
+  });
+  writer->ExpectBytes(bytes);
   Status status;
   VisitValues(state_dict, [&](const KeyPath& p, const Value& v) {
     if (status.ok()) status = AddValue(*writer, path, p, v);

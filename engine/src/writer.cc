@@ -43,6 +43,11 @@ class CheckpointWriter::Impl {
   Status AddSavedLayout(const KeyPath& path, ShardRecord shard);
   Status MarkPartial(const KeyPath& path);
   void DeferHostReads() { defer_host_reads_ = true; }
+  void ExpectBytes(uint64_t bytes) {
+    // Each chunk, and each piece's last one, is padded to 4096.
+    const uint64_t chunk = std::min<uint64_t>(opts_.chunk_size, kMaxChunkRawSize);
+    if (out_) out_->ExpectMore(bytes + (bytes / chunk + 1) * kAlignment);
+  }
   Status Flush() {
     CKFMT_RETURN_IF_ERROR(CheckUsable());
     return FlushChunks();
@@ -551,6 +556,7 @@ Status CheckpointWriter::AddSavedLayout(const KeyPath& p, ShardRecord shard) {
   return impl_->Guard(impl_->AddSavedLayout(p, std::move(shard)));
 }
 void CheckpointWriter::DeferHostReads() { impl_->DeferHostReads(); }
+void CheckpointWriter::ExpectBytes(uint64_t bytes) { impl_->ExpectBytes(bytes); }
 Status CheckpointWriter::Flush() { return impl_->Guard(impl_->Flush()); }
 Status CheckpointWriter::MarkPartial(const KeyPath& p) {
   return impl_->Guard(impl_->MarkPartial(p));

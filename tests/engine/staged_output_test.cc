@@ -102,6 +102,21 @@ TEST_F(AllocateAheadTest, AllocatesAheadAndTrimsTheFileToItsEnd) {
   EXPECT_TRUE(ckfmt_test::ReadFileBytes(path) == std::string(expected.begin(), expected.end()));
 }
 
+TEST_F(AllocateAheadTest, AllocatesWhatWasAnnouncedAtOnce) {
+  (*out)->ExpectMore(40 * kMiB);
+  std::vector<std::vector<uint8_t>> first = {RandomBytes(4 * kMiB, 30)};
+  std::vector<uint8_t> expected = PutAll(**out, first);
+  EXPECT_GE(SizeOf(path), 40 * kMiB);
+  // Less came than announced: the file still ends where the writes end.
+  std::vector<std::vector<uint8_t>> more = {RandomBytes(5 * kMiB + 1, 31)};
+  std::vector<uint8_t> rest = PutAll(**out, more);
+  expected.insert(expected.end(), rest.begin(), rest.end());
+  ASSERT_TRUE((*out)->Finish().ok());
+  ASSERT_TRUE(file->Close().ok());
+  EXPECT_EQ(SizeOf(path), expected.size());
+  EXPECT_TRUE(ckfmt_test::ReadFileBytes(path) == std::string(expected.begin(), expected.end()));
+}
+
 TEST_F(AllocateAheadTest, WritesOnWhereTheFileSystemRefusesToAllocate) {
   // A file size limit of 24 MiB admits the first step (16 MiB) but not the
   // second (to 48 MiB); the writes below it must all land.

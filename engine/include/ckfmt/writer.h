@@ -73,6 +73,10 @@ class CheckpointWriter {
   // in such data's write surfaces at a later call or at Commit().
   // REQUIRES: that data stays valid and unchanged until then.
   void DeferHostReads();
+  // Optional: about `bytes` of tensor and blob data will follow. Where the
+  // file system can, the file is allocated for them at once (and trimmed on
+  // commit), so that its writes go to the disk side by side. Save() says.
+  void ExpectBytes(uint64_t bytes);
   // Writes all deferred data; afterwards the caller may reuse its buffers.
   Status Flush();
   // Records where `path`'s data lived at save time (informational).

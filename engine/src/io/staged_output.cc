@@ -54,12 +54,13 @@ Status StagedOutput::Pump() {
 
 void StagedOutput::AllocateFor(uint64_t end) {
   if (allocate_step_ == 0 || end <= allocated_end_) return;
-  const uint64_t len = std::max(allocate_step_, end - allocated_end_);
-  if (!file_.Allocate(allocated_end_, len).ok()) {
+  // At least a step, and at once all that ExpectMore() announced.
+  const uint64_t to = std::max({end, allocated_end_ + allocate_step_, expected_end_});
+  if (!file_.Allocate(allocated_end_, to - allocated_end_).ok()) {
     allocate_step_ = 0;  // a write that finds no room will say so itself
     return;
   }
-  allocated_end_ += len;
+  allocated_end_ = to;
   allocate_step_ = std::min(2 * allocate_step_, kMaxAllocateStep);
 }
 

@@ -57,6 +57,10 @@ class StagedOutput {
   // REQUIRES: the writer owns the file from its base on (trimming would cut
   // another writer's range).
   void AllocateAhead() { allocate_step_ = kFirstAllocateStep; }
+  // A hint that about `n` more bytes will follow: the next allocation
+  // covers them at once. Each allocation waits for the writes in flight
+  // (ext4 drains them), so one is better than many.
+  void ExpectMore(uint64_t n) { expected_end_ = position() + n; }
 
   uint64_t position() const { return slot_offset_ + fill_; }
   // The staging buffers (the writer pins them for device copies).
@@ -89,6 +93,7 @@ class StagedOutput {
   size_t reserved_ = 0;
   uint64_t allocate_step_ = 0;  // 0: no allocating ahead
   uint64_t allocated_end_ = 0;  // the file is allocated up to here
+  uint64_t expected_end_ = 0;   // ExpectMore()'s hint
 };
 
 }  // namespace ckfmt
