@@ -201,6 +201,9 @@ Status FlattenedSave(SaveContext& ctx) {
     if (w.ok()) {
       writer = std::move(*w);
       ctx.stats.io_path = writer->stats().io_path;
+      uint64_t total = 0;
+      for (const Bucket& b : buckets) total += b.bytes;
+      writer->ExpectBytes(total);  // one allocation of the file for all of it
     } else {
       local = w.status();
     }
