@@ -114,6 +114,16 @@ void CollectTyping(const Node& n, KeyPath& path, nlohmann::json& ints, nlohmann:
   }
 }
 
+// Bytes of tensor and blob data under `n`, for CheckpointWriter::ExpectBytes
+// (partial tensors are left out: they may hold far less than their shape).
+uint64_t DataBytes(const Node& n) {
+  uint64_t sum = 0;
+  if (n.kind == Node::Kind::kTensor && n.tensor && !n.tensor->partial) sum = n.tensor->nbytes();
+  if (n.kind == Node::Kind::kBytes) sum = n.s.size();
+  for (const auto& child : n.children) sum += DataBytes(child.second);
+  return sum;
+}
+
 }  // namespace
 
 Result<SinkStats> WriteCkfmt(const Node& root, const std::string& path, const SinkOptions& options,
@@ -136,6 +146,7 @@ Result<SinkStats> WriteCkfmt(const Node& root, const std::string& path, const Si
   if (!ints.empty()) so.metadata.emplace_back(kIntKeyDictsMeta, ints.dump());
   if (!tuples.empty()) so.metadata.emplace_back(kTuplesMeta, tuples.dump());
   CKFMT_ASSIGN_OR_RETURN(auto w, CheckpointWriter::Create(path, so));
+  w->ExpectBytes(DataBytes(root));
   SinkStats stats;
   Walker walker{w.get(), options, &stats};
   KeyPath kp;
