@@ -40,12 +40,6 @@ bool CanAllocate(const std::string& dir) {
   return ok;
 }
 
-uint64_t SizeOf(const std::string& path) {
-  struct stat st {};
-  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
-  return static_cast<uint64_t>(st.st_size);
-}
-
 uint64_t AllocatedBytes(const std::string& path) {
   struct stat st {};
   EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
@@ -87,7 +81,7 @@ TEST_F(AllocateAheadTest, AllocatesAheadAndTrimsTheFileToItsEnd) {
   // The first slot's write allocates a whole first step.
   std::vector<std::vector<uint8_t>> first = {RandomBytes(4 * kMiB + 123, 1)};
   std::vector<uint8_t> expected = PutAll(**out, first);
-  EXPECT_GE(SizeOf(path), 16 * kMiB) << "nothing was allocated ahead of the writes";
+  EXPECT_GE(ckfmt_test::FileSize(path), 16 * kMiB) << "nothing was allocated ahead of the writes";
 
   // Then past the 16 and 48 MiB step boundaries, ending mid-step.
   std::vector<std::vector<uint8_t>> more;
@@ -97,7 +91,7 @@ TEST_F(AllocateAheadTest, AllocatesAheadAndTrimsTheFileToItsEnd) {
   ASSERT_TRUE((*out)->Finish().ok());
   ASSERT_TRUE(file->Close().ok());
 
-  EXPECT_EQ(SizeOf(path), expected.size());
+  EXPECT_EQ(ckfmt_test::FileSize(path), expected.size());
   EXPECT_LE(AllocatedBytes(path), expected.size() + 1 * kMiB) << "allocation beyond the end kept";
   EXPECT_TRUE(ckfmt_test::ReadFileBytes(path) == std::string(expected.begin(), expected.end()));
 }
@@ -106,14 +100,14 @@ TEST_F(AllocateAheadTest, AllocatesWhatWasAnnouncedAtOnce) {
   (*out)->ExpectMore(40 * kMiB);
   std::vector<std::vector<uint8_t>> first = {RandomBytes(4 * kMiB, 30)};
   std::vector<uint8_t> expected = PutAll(**out, first);
-  EXPECT_GE(SizeOf(path), 40 * kMiB);
+  EXPECT_GE(ckfmt_test::FileSize(path), 40 * kMiB);
   // Less came than announced: the file still ends where the writes end.
   std::vector<std::vector<uint8_t>> more = {RandomBytes(5 * kMiB + 1, 31)};
   std::vector<uint8_t> rest = PutAll(**out, more);
   expected.insert(expected.end(), rest.begin(), rest.end());
   ASSERT_TRUE((*out)->Finish().ok());
   ASSERT_TRUE(file->Close().ok());
-  EXPECT_EQ(SizeOf(path), expected.size());
+  EXPECT_EQ(ckfmt_test::FileSize(path), expected.size());
   EXPECT_TRUE(ckfmt_test::ReadFileBytes(path) == std::string(expected.begin(), expected.end()));
 }
 
@@ -135,7 +129,7 @@ TEST_F(AllocateAheadTest, WritesOnWhereTheFileSystemRefusesToAllocate) {
   ASSERT_TRUE(finished.ok()) << finished.ToString();
   ASSERT_TRUE(file->Close().ok());
 
-  EXPECT_EQ(SizeOf(path), expected.size());
+  EXPECT_EQ(ckfmt_test::FileSize(path), expected.size());
   EXPECT_TRUE(ckfmt_test::ReadFileBytes(path) == std::string(expected.begin(), expected.end()));
 }
 
@@ -144,12 +138,7 @@ TEST(StagedOutputRangeTest, ARangeWriterLeavesTheRestOfTheFileAlone) {
   const std::string path = dir.File("shared.bin");
   // Another writer's bytes fill 24 MiB; this one writes [8, 16) MiB.
   const std::vector<uint8_t> before = RandomBytes(24 * kMiB, 40);
-  {
-    auto f = File::Create(path, /*direct=*/false);
-    ASSERT_TRUE(f.ok()) << f.status().ToString();
-    ASSERT_TRUE(f->WriteAt(0, before.data(), before.size()).ok());
-    ASSERT_TRUE(f->Close().ok());
-  }
+  ckfmt_test::WriteFileBytes(path, std::string(before.begin(), before.end()));
   auto file = File::OpenWrite(path, /*direct=*/true);
   ASSERT_TRUE(file.ok()) << file.status().ToString();
   auto out = StagedOutput::Create(*file, IoOptions{}, 4 * kMiB, 4, 8 * kMiB);
@@ -161,7 +150,7 @@ TEST(StagedOutputRangeTest, ARangeWriterLeavesTheRestOfTheFileAlone) {
 
   std::vector<uint8_t> expected = before;
   std::copy(mine.begin(), mine.end(), expected.begin() + 8 * kMiB);
-  EXPECT_EQ(SizeOf(path), before.size());
+  EXPECT_EQ(ckfmt_test::FileSize(path), before.size());
   EXPECT_TRUE(ckfmt_test::ReadFileBytes(path) == std::string(expected.begin(), expected.end()));
 }
 

@@ -56,7 +56,7 @@ void StagedOutput::AllocateFor(uint64_t end) {
   if (allocate_step_ == 0 || end <= allocated_end_) return;
   // At least a step, and at once all that ExpectMore() announced.
   const uint64_t to = std::max({end, allocated_end_ + allocate_step_, expected_end_});
-  allocated_ = true;
+  allocation_tried_ = true;
   if (!file_.Allocate(allocated_end_, to - allocated_end_).ok()) {
     allocate_step_ = 0;  // a write that finds no room will say so itself
     return;
@@ -150,7 +150,7 @@ Status StagedOutput::Finish() {
   }
   // The footer must end the file: drop what was allocated beyond it (a
   // failed allocation, too, may have grown the file part of the way).
-  if (first.ok() && allocated_) first = file_.Truncate(position());
+  if (first.ok() && allocation_tried_) first = file_.Truncate(position());
   return first;
 }
 

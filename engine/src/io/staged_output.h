@@ -94,7 +94,7 @@ class StagedOutput {
   uint64_t allocate_step_ = 0;  // 0: no allocating ahead
   uint64_t allocated_end_ = 0;  // the file is allocated up to here
   uint64_t expected_end_ = 0;   // ExpectMore()'s hint
-  bool allocated_ = false;      // an allocation was tried
+  bool allocation_tried_ = false;  // even a failed one may grow the file
 };
 
 }  // namespace ckfmt
