@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <variant>
@@ -31,8 +32,9 @@ class Dict {
   // Removes `key` if present; returns whether it was.
   bool Erase(const std::string& key);
   const std::string& key(size_t i) const { return keys_[i]; }
-  Value& value(size_t i) { return values_[i]; }
-  const Value& value(size_t i) const { return values_[i]; }
+  // Defined after Value: indexing a vector needs the complete type.
+  Value& value(size_t i);
+  const Value& value(size_t i) const;
 
  private:
   std::vector<std::string> keys_;
@@ -96,6 +98,9 @@ class Value {
  private:
   std::variant<None, bool, int64_t, double, std::string, Bytes, Tensor, Dict, List> v_;
 };
+
+inline Value& Dict::value(size_t i) { return values_[i]; }
+inline const Value& Dict::value(size_t i) const { return values_[i]; }
 
 const char* ValueKindName(Value::Kind k);
 

@@ -154,7 +154,9 @@ Result<SinkStats> WriteTorchZip(const Node& root, const std::string& path,
   CKFMT_RETURN_IF_ERROR(zip.AddRecord(prefix + "data.pkl", p.w.data()));
   CKFMT_RETURN_IF_ERROR(zip.AddRecord(prefix + "byteorder", "little"));
   for (size_t i = 0; i < p.storages.size(); ++i) {
-    auto& [key, t] = p.storages[i];
+    // Not a structured binding: lambdas capture those only since Clang 16.
+    const std::string& key = p.storages[i].first;
+    const auto& t = p.storages[i].second;
     CKFMT_ASSIGN_OR_RETURN(uint64_t off,
                            zip.BeginRecord(prefix + "data/" + std::to_string(i), t->nbytes()));
     uint32_t crc = 0;

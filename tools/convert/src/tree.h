@@ -88,11 +88,38 @@ struct Node {
   bool int_keys = false;     // kDict whose keys were Python ints (optimizer state)
   bool is_tuple = false;     // kList that was a Python tuple
 
-  static Node Dict() { Node n; n.kind = Kind::kDict; return n; }
-  static Node List() { Node n; n.kind = Kind::kList; return n; }
+  // Declared here, defaulted below: with libstdc++'s std::pair, Clang
+  // checks the implicit ones while Node is still incomplete, and fails.
+  Node();
+  Node(const Node&);
+  Node(Node&&) noexcept;
+  Node& operator=(const Node&);
+  Node& operator=(Node&&) noexcept;
+  ~Node();
+
+  static Node Dict();
+  static Node List();
   // Child of a dict by key (nullptr if absent).
   Node* Child(const std::string& key);
 };
+
+inline Node::Node() = default;
+inline Node::Node(const Node&) = default;
+inline Node::Node(Node&&) noexcept = default;
+inline Node& Node::operator=(const Node&) = default;
+inline Node& Node::operator=(Node&&) noexcept = default;
+inline Node::~Node() = default;
+
+inline Node Node::Dict() {
+  Node n;
+  n.kind = Kind::kDict;
+  return n;
+}
+inline Node Node::List() {
+  Node n;
+  n.kind = Kind::kList;
+  return n;
+}
 
 // Notes and dropped entries collected along the way.
 struct ConvertLog {
