@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <unordered_map>
 
 namespace ckfmt::convert::py {
 
@@ -67,7 +68,7 @@ Ref MakeBytes(std::string v) {
   return o;
 }
 
-std::string KeyOf(const Object& o) {
+std::string KeyOf(const Object& o, int depth) {
   switch (o.kind) {
     case Kind::kNone: return "N";
     case Kind::kBool: return o.b ? "i:1" : "i:0";
@@ -84,26 +85,28 @@ std::string KeyOf(const Object& o) {
     case Kind::kBytes: return "b:" + o.s;
     case Kind::kBigInt: return "I:" + o.s;
     case Kind::kTuple: {
+      if (depth >= kMaxDepth) break;  // by identity
       std::string k = "t:(";
-      for (const auto& it : o.items) k += KeyOf(*it) + ",";
+      for (const auto& it : o.items) k += KeyOf(*it, depth + 1) + ",";
       return k + ")";
     }
-    default: {
-      char buf[40];
-      std::snprintf(buf, sizeof buf, "@%p", static_cast<const void*>(&o));
-      return buf;
-    }
+    default:
+      break;
   }
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "@%p", static_cast<const void*>(&o));
+  return buf;
 }
 
-std::string Describe(const Object& o) {
+std::string Describe(const Object& o, int depth) {
   switch (o.kind) {
     case Kind::kInt: return "int " + std::to_string(o.i);
     case Kind::kStr: return "str '" + o.s.substr(0, 40) + (o.s.size() > 40 ? "...'" : "'");
     case Kind::kGlobal: return "global " + o.GlobalName();
     case Kind::kInstance: return "instance of " + o.GlobalName();
     case Kind::kCall:
-      return "object built by " + (o.callable ? Describe(*o.callable) : std::string("?"));
+      if (!o.callable || depth >= kMaxDepth) return "object built by a call";
+      return "object built by " + Describe(*o.callable, depth + 1);
     default: return KindName(o.kind);
   }
 }
@@ -126,6 +129,81 @@ bool ContainsDisallowed(const Object& o, std::string* name, int depth) {
     if (*r && ContainsDisallowed(**r, name, depth + 1)) return true;
   }
   return false;
+}
+
+namespace {
+
+// Calls fn(ref) for each reference `o` holds to another object.
+template <typename Fn>
+void ForEachChild(Object& o, Fn&& fn) {
+  for (Ref& it : o.items) fn(it);
+  for (auto& [k, v] : o.dict) {
+    fn(k);
+    fn(v);
+  }
+  fn(o.callable);
+  fn(o.args);
+  fn(o.state);
+  if (o.tensor) fn(o.tensor->storage);
+}
+
+}  // namespace
+
+Status CheckGraph(const std::vector<Ref>& roots, const std::string& where) {
+  enum : uint8_t { kOnPath = 1, kDone = 2 };
+  std::unordered_map<const Object*, uint8_t> state;
+  struct Frame {
+    Object* o;
+    std::vector<Object*> children;
+    size_t next = 0;
+  };
+  std::vector<Frame> path;
+  auto enter = [&](Object* o) -> Status {
+    uint8_t& st = state[o];
+    if (st == kDone) return Status::OK();
+    if (st == kOnPath) return Status::Unsupported(where + ": the pickle holds a self-referencing object");
+    if (path.size() >= size_t(kMaxDepth)) {
+      return Status::Unsupported(where + ": the pickle nests objects more than " +
+                                 std::to_string(kMaxDepth) + " deep");
+    }
+    st = kOnPath;
+    Frame f{o, {}};
+    ForEachChild(*o, [&](const Ref& c) {
+      if (c) f.children.push_back(c.get());
+    });
+    path.push_back(std::move(f));
+    return Status::OK();
+  };
+  for (const Ref& root : roots) {
+    if (!root) continue;
+    CKFMT_RETURN_IF_ERROR(enter(root.get()));
+    while (!path.empty()) {
+      Frame& top = path.back();
+      if (top.next == top.children.size()) {
+        state[top.o] = kDone;
+        path.pop_back();
+        continue;
+      }
+      CKFMT_RETURN_IF_ERROR(enter(top.children[top.next++]));
+    }
+  }
+  return Status::OK();
+}
+
+void Dismantle(std::vector<Ref> roots) {
+  // Each object's references move to the work list before it can be freed,
+  // so no destructor finds another object to free.
+  std::vector<Ref> work = std::move(roots);
+  while (!work.empty()) {
+    Ref r = std::move(work.back());
+    work.pop_back();
+    if (!r) continue;
+    ForEachChild(*r, [&](Ref& c) {
+      if (c) work.push_back(std::move(c));
+    });
+    r->items.clear();
+    r->dict.clear();
+  }
 }
 
 }  // namespace ckfmt::convert::py

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ckfmt/dtype.h"
+#include "ckfmt/status.h"
 
 namespace ckfmt::convert::py {
 
@@ -78,11 +79,25 @@ Ref Make(Kind k);
 
 // A string for using `o` as a dict key with Python's equality for the
 // scalar kinds torch uses (str, int, bool, float, None, tuples of those);
-// other kinds compare by identity.
-std::string KeyOf(const Object& o);
+// other kinds, and tuples nested deeper than kMaxDepth, compare by identity.
+std::string KeyOf(const Object& o, int depth = 0);
 
 // Human-readable short description ("int 3", "str 'abc'", "global os.system").
-std::string Describe(const Object& o);
+std::string Describe(const Object& o, int depth = 0);
+
+// Deepest object graph a pickle may build: what nests deeper is refused,
+// so that code walking the graph (and shared_ptr's destructors) recurses
+// at most this far.
+inline constexpr int kMaxDepth = 1000;
+
+// OK if the graphs below `roots` are acyclic and no path in them holds
+// more than kMaxDepth objects; otherwise Unsupported, naming `where`.
+// Walks without recursion.
+Status CheckGraph(const std::vector<Ref>& roots, const std::string& where);
+
+// Releases the graphs below `roots` without recursion, cycles included:
+// for a graph CheckGraph refused, where the destructors would not.
+void Dismantle(std::vector<Ref> roots);
 
 // True if `o` or anything below it is a symbolic (disallowed) object; fills
 // `name` with the first disallowed global found.

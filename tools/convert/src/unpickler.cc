@@ -1,7 +1,9 @@
 #include "unpickler.h"
 
 #include <cstring>
+#include <optional>
 #include <set>
+#include <string_view>
 #include <unordered_map>
 
 namespace ckfmt::convert {
@@ -153,10 +155,33 @@ bool IsAllowedGlobal(const std::string& module, const std::string& name) {
 
 namespace {
 
+// The value of `s` read as hex digits; nullopt unless each character is one.
+std::optional<uint32_t> ParseHex(std::string_view s) {
+  uint32_t v = 0;
+  for (char c : s) {
+    int d = c >= '0' && c <= '9' ? c - '0'
+            : c >= 'a' && c <= 'f' ? c - 'a' + 10
+            : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                   : -1;
+    if (d < 0) return std::nullopt;
+    v = v << 4 | uint32_t(d);
+  }
+  return v;
+}
+
 class Unpickler {
  public:
   Unpickler(ByteSource& src, const UnpickleOptions& o) : src_(src), opts_(o) {}
   Result<Ref> Run();
+  // Every object the unpickler still references (stack, memo, ...).
+  std::vector<Ref> TakeObjects() {
+    std::vector<Ref> all = std::move(stack_);
+    for (auto& [idx, r] : memo_) all.push_back(std::move(r));
+    for (Ref& r : keepalive_) all.push_back(std::move(r));
+    memo_.clear();
+    keepalive_.clear();
+    return all;
+  }
 
  private:
   Status Err(const std::string& m) const {
@@ -676,7 +701,9 @@ Result<Ref> Unpickler::Step(uint8_t op, bool* stop) {
         else if (c == 't') out += '\t';
         else if (c == 'r') out += '\r';
         else if (c == 'x' && i + 2 < l.size()) {
-          out += char(std::stoi(l.substr(i + 1, 2), nullptr, 16));
+          auto v = ParseHex(std::string_view(l).substr(i + 1, 2));
+          if (!v) return Err("bad \\x escape in STRING");
+          out += char(*v);
           i += 2;
         } else out += c;
       }
@@ -688,7 +715,9 @@ Result<Ref> Unpickler::Step(uint8_t op, bool* stop) {
       std::string out;
       for (size_t i = 0; i < l.size(); ++i) {
         if (l[i] == '\\' && i + 5 < l.size() + 0 && l[i + 1] == 'u') {
-          uint32_t cp = std::stoul(l.substr(i + 2, 4), nullptr, 16);
+          auto hex = ParseHex(std::string_view(l).substr(i + 2, 4));
+          if (!hex) return Err("bad \\u escape in UNICODE");
+          uint32_t cp = *hex;
           i += 5;
           if (cp < 0x80) out += char(cp);
           else if (cp < 0x800) { out += char(0xc0 | (cp >> 6)); out += char(0x80 | (cp & 0x3f)); }
@@ -872,7 +901,19 @@ Result<Ref> Unpickler::Step(uint8_t op, bool* stop) {
 
 Result<Ref> Unpickle(ByteSource& src, const UnpickleOptions& options) {
   Unpickler u(src, options);
-  return u.Run();
+  Result<Ref> result = u.Run();
+  // A pickle can build what no checkpoint holds and shared_ptr cannot free
+  // safely: a list appended to itself (never freed), or lists nested a
+  // million deep (freed by recursion that overflows the stack). Refused,
+  // then taken apart without recursion.
+  std::vector<Ref> all = u.TakeObjects();
+  if (result.ok()) all.push_back(*result);
+  Status s = result.ok() ? py::CheckGraph(all, options.where) : result.status();
+  if (!s.ok()) {
+    py::Dismantle(std::move(all));
+    return s;
+  }
+  return result;
 }
 
 Result<Ref> Unpickle(const std::string& bytes, const UnpickleOptions& options) {
