@@ -44,7 +44,7 @@ Result<size_t> EncodeChunk(Codec codec, int level, size_t element_size, const vo
   switch (codec) {
     case Codec::kNone:
       if (out_cap < raw_size) return Status::Internal("EncodeChunk: output too small");
-      std::memcpy(out, raw, raw_size);
+      if (raw_size) std::memcpy(out, raw, raw_size);  // empty buffers may be null
       return raw_size;
     case Codec::kZstd: {
       ZSTD_CCtx* cctx = ThreadCompressContext();
@@ -69,7 +69,7 @@ Status DecodeChunk(uint8_t codec, const void* stored, size_t stored_size, void* 
         return Status::Corruption("uncompressed chunk stores " + std::to_string(stored_size) +
                                   " bytes but its raw size is " + std::to_string(raw_size));
       }
-      std::memcpy(out, stored, raw_size);
+      if (raw_size) std::memcpy(out, stored, raw_size);
       return Status::OK();
     case 1: {
       ZSTD_DCtx* dctx = ThreadDecompressContext();

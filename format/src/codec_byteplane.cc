@@ -409,7 +409,7 @@ Result<size_t> EncodeBytePlanes(int level, size_t e, const uint8_t* raw, size_t 
         len = z;
       }
     }
-    if (mode == 0 && dst[p] != out + pos) {
+    if (mode == 0 && n != 0 && dst[p] != out + pos) {  // empty planes may be null
       if (out_cap - pos < n) return Status::Internal("byte-plane output too small");
       std::memcpy(out + pos, dst[p], n);
     }

@@ -1,0 +1,15 @@
+// Helpers for the fuzz targets that need their input in a file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ckfmt_fuzz {
+
+// Writes `size` bytes to `name` in this process's scratch directory
+// ($TMPDIR or /tmp, one per process, removed at exit) and returns its path.
+// Aborts if it cannot: a fuzz run without its file would test nothing.
+std::string WriteScratchFile(const std::string& name, const uint8_t* data, size_t size);
+
+}  // namespace ckfmt_fuzz
