@@ -9,6 +9,7 @@
 #include "ckfmt/checksum.h"
 #include "ckfmt/file_layout.h"
 #include "ckfmt/log.h"
+#include "ckfmt/utf8.h"
 #include "device/device_staging.h"
 #include "encode_pipeline.h"
 #include "io/file.h"
@@ -154,6 +155,12 @@ Status CheckpointWriter::Impl::Open() {
   index_.world_size = opts_.world_size;
   index_.save_mode = opts_.save_mode;
   index_.metadata = opts_.metadata;
+  for (const auto& [key, value] : index_.metadata) {
+    if (!IsValidUtf8(key) || !IsValidUtf8(value) || !IsValidUtf8(index_.save_mode)) {
+      return Status::InvalidArgument(path_ + ": metadata (key, value or save mode) is not valid "
+                                     "UTF-8, as every string in a file must be (FORMAT.md W5)");
+    }
+  }
   CKFMT_ASSIGN_OR_RETURN(auto space, out_->Reserve(kHeaderSize));
   EncodeHeader(FileHeader{}, space.data);
   out_->Commit(kHeaderSize);
@@ -198,6 +205,14 @@ Status CheckpointWriter::Impl::MarkPartial(const KeyPath& p) {
 Result<EntryRecord*> CheckpointWriter::Impl::NewEntry(const KeyPath& path, EntryKind kind) {
   CKFMT_RETURN_IF_ERROR(CheckUsable());
   if (path.empty()) return Status::InvalidArgument(path_ + ": an entry needs a non-empty key path");
+  for (const PathComponent& c : path) {
+    const std::string* key = std::get_if<std::string>(&c);
+    if (key && !IsValidUtf8(*key)) {
+      return Status::InvalidArgument(path_ + ": " + FormatKeyPath(path) +
+                                     ": a key is not valid UTF-8, as every string in a file "
+                                     "must be (FORMAT.md W5)");
+    }
+  }
   KeyPath parent(path.begin(), path.end() - 1);
   if (!parent.empty()) {
     auto it = entry_pos_.find(parent);
@@ -234,6 +249,10 @@ Status CheckpointWriter::Impl::AddScalar(const KeyPath& path, const Value& v) {
       return Status::InvalidArgument(FormatKeyPath(path) + ": AddScalar got a " +
                                      ValueKindName(v.kind()));
   }
+  if (kind == EntryKind::kString && !IsValidUtf8(v.as_string())) {
+    return Status::InvalidArgument(path_ + ": " + FormatKeyPath(path) +
+                                   ": the string is not valid UTF-8 (FORMAT.md W5)");
+  }
   CKFMT_ASSIGN_OR_RETURN(EntryRecord * e, NewEntry(path, kind));
   if (kind == EntryKind::kBool) e->bool_value = v.as_bool();
   if (kind == EntryKind::kInt) e->int_value = v.as_int();
@@ -244,6 +263,10 @@ Status CheckpointWriter::Impl::AddScalar(const KeyPath& path, const Value& v) {
 
 Status CheckpointWriter::Impl::AddBytes(const KeyPath& path, const std::string& content_type,
                                         const void* data, size_t size) {
+  if (!IsValidUtf8(content_type)) {
+    return Status::InvalidArgument(path_ + ": " + FormatKeyPath(path) +
+                                   ": the content type is not valid UTF-8 (FORMAT.md W5)");
+  }
   CKFMT_ASSIGN_OR_RETURN(EntryRecord * e, NewEntry(path, EntryKind::kBytes));
   e->content_type = content_type;
   e->dtype = DType::kU8;

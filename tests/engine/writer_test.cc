@@ -241,6 +241,35 @@ TEST_F(WriterTest, DuplicateMetadataKeysAreRefused) {  // W2
   EXPECT_TRUE(TempNames(dir.List()).empty());
 }
 
+// Spec §6.7 W5: every string in a file is valid UTF-8. Keys, string
+// values, content types and metadata that are not are refused.
+TEST_F(WriterTest, StringsThatAreNotUtf8AreRefused) {  // W5
+  const std::string bad = "caf\xe9";  // Latin-1, not UTF-8
+  ExpectRefused([&](CheckpointWriter& w) { return w.AddScalar({bad}, Value(int64_t{1})); },
+                "key");
+  ExpectRefused(
+      [&](CheckpointWriter& w) {
+        CHAIN(w.AddContainer({"a"}, EntryKind::kDict));
+        return w.AddContainer({"a", bad}, EntryKind::kList);
+      },
+      "nested key");
+  ExpectRefused([&](CheckpointWriter& w) { return w.AddScalar({"s"}, Value(bad)); },
+                "string value");
+  ExpectRefused([&](CheckpointWriter& w) { return w.AddBytes({"b"}, bad, "x", 1); },
+                "content type");
+  SaveOptions o = SmallSaveOptions();
+  o.metadata = {{"note", bad}};
+  const std::string path = dir.File("m.ckfmt");
+  auto r = ckfmt::Save(path, Dict{}, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+  EXPECT_FALSE(FileExists(path));
+  // Valid UTF-8 beyond ASCII is kept.
+  Dict d;
+  d.Set("caf\xc3\xa9", Value(std::string("\xe2\x82\xac")));
+  CKFMT_ASSERT_OK(ckfmt::Save(path, d, SmallSaveOptions()));
+}
+
 TEST_F(WriterTest, ZeroWorldSizeIsRefused) {  // W3
   SaveOptions o = SmallSaveOptions();
   o.world_size = 0;

@@ -1,4 +1,4 @@
-// Status, dtypes and key paths.
+// Status, dtypes, key paths and UTF-8 validity.
 #include <gtest/gtest.h>
 
 #include <cerrno>
@@ -6,6 +6,7 @@
 #include "ckfmt/dtype.h"
 #include "ckfmt/key_path.h"
 #include "ckfmt/status.h"
+#include "ckfmt/utf8.h"
 
 namespace {
 
@@ -137,5 +138,29 @@ TEST(KeyPathTest, IndexLookingKeyIsDistinguishable) {
 // BUG (format/src/key_path.cc): a path made of one empty key formats as ""
 // which ParseKeyPath reads as the empty path (the root).
 TEST(KeyPathTest, SingleEmptyKeyRoundTrips) { ExpectFormatParseRoundTrip({""}); }
+
+TEST(Utf8Test, AcceptsWellFormedText) {
+  for (std::string_view ok : {std::string_view(""), std::string_view("plain ascii"),
+                              std::string_view("nul\0inside", 11), std::string_view("\xc3\xa9t\xc3\xa9"),
+                              std::string_view("\xe2\x82\xac"), std::string_view("\xf0\x9f\x98\x80"),
+                              std::string_view("\xf4\x8f\xbf\xbf")}) {
+    EXPECT_TRUE(IsValidUtf8(ok)) << ok;
+  }
+}
+
+TEST(Utf8Test, RefusesIllFormedText) {
+  for (std::string_view bad : {
+           std::string_view("\x80"),              // a lone continuation byte
+           std::string_view("\xc3"),              // truncated
+           std::string_view("\xe2\x82"),          // truncated
+           std::string_view("\xc3\x28"),          // bad continuation
+           std::string_view("\xc0\xaf"),          // overlong '/'
+           std::string_view("\xe0\x80\xaf"),      // overlong
+           std::string_view("\xed\xb2\x80"),      // a surrogate (Python's surrogatepass)
+           std::string_view("\xf4\x90\x80\x80"),  // above U+10FFFF
+           std::string_view("\xff"), std::string_view("ok\xfe")}) {
+    EXPECT_FALSE(IsValidUtf8(bad)) << testing::PrintToString(std::string(bad));
+  }
+}
 
 }  // namespace
