@@ -259,6 +259,49 @@ TEST(Refusal, AmbiguousSafetensorsHeaders) {
   EXPECT_EQ(s.tensors.count("a.b"), 1u);
 }
 
+// Keys must be UTF-8 in ckfmt and safetensors; a pickle's need not be (a
+// DCP .metadata key like this one used to throw out of the JSON writer,
+// found by tests/fuzz).
+TEST(Refusal, KeysThatAreNotUtf8) {
+  std::string dir = MakeTempDir("utf8");
+  PickleWriter w(2);
+  w.EmptyDict();
+  w.Mark();
+  w.Str("caf\xe9");  // Latin-1
+  w.Int(1);
+  w.SetItems();
+  w.Stop();
+  const std::string src = dir + "/latin1.pt";
+  WriteTorchZip(src, w.Take());
+  for (const char* dst : {"/out.ckfmt", "/out.safetensors", "/out.pt"}) {
+    Status s = ConvertStatus(src, dir + dst);
+    ASSERT_FALSE(s.ok()) << dst;
+    EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+    EXPECT_NE(s.message().find("not valid UTF-8"), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find(src), std::string::npos) << s.ToString();
+  }
+}
+
+// A safetensors key of 100000 dotted parts would nest that deep when split
+// (the converter crashed on the stack); it is kept flat, with a note.
+TEST(Refusal, DeeplyDottedKeysStayFlat) {
+  std::string dir = MakeTempDir("dots");
+  std::string key;
+  for (int i = 0; i < 100000; ++i) key += "a.";
+  key += "b";
+  const std::string src = dir + "/deep.safetensors";
+  WriteFile(src, SafetensorsFile("{\"" + key + "\":{\"dtype\":\"F32\",\"shape\":[1],"
+                                 "\"data_offsets\":[0,4]}}", 4));
+  ConvertReport r = ConvertOrDie(src, dir + "/deep.ckfmt");
+  EXPECT_EQ(r.tensors, 1u);
+  bool noted = false;
+  for (const auto& n : r.notes) noted |= n.find("kept as flat keys") != std::string::npos;
+  EXPECT_TRUE(noted);
+  auto reader = CheckpointReader::Open(dir + "/deep.ckfmt");
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  EXPECT_NE((*reader)->Find(KeyPath{key}), nullptr);
+}
+
 TEST(Refusal, TruncatedLegacyFile) {
   std::string dir = MakeTempDir("legacy");
   std::string z = ReadFile(Fixture("legacy.pt"));

@@ -8,19 +8,15 @@
 #include <cstring>
 #include <string>
 
-#include "ckfmt/convert/convert.h"
+#include "fuzz_convert_util.h"
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const char kCkfmtMagic[] = "\x89" "CKF\r\n\x1a\n";
   const bool is_ckfmt = size >= 8 && std::memcmp(data, kCkfmtMagic, 8) == 0;
-  ckfmt::convert::ConvertOptions o;
-  o.src = ckfmt_fuzz::WriteScratchFile("src.bin", data, size);
-  o.dst = o.src.substr(0, o.src.rfind('/') + 1) + (is_ckfmt ? "out.safetensors" : "out.ckfmt");
-  o.fsync = false;
-  o.memory_budget = 16ull << 20;
-  o.io_staging_bytes = 8ull << 20;
-  o.allow_opaque_pickle = size > 0 && (data[size - 1] & 1);
-  (void)ckfmt::convert::Run(o);
+  const std::string src = ckfmt_fuzz::WriteScratchFile("src.bin", data, size);
+  const std::string dst =
+      src.substr(0, src.rfind('/') + 1) + (is_ckfmt ? "out.safetensors" : "out.ckfmt");
+  ckfmt_fuzz::RunConvert(src, dst, data, size);
   return 0;
 }

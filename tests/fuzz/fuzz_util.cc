@@ -31,6 +31,7 @@ struct ScratchDir {
 std::string WriteScratchFile(const std::string& name, const uint8_t* data, size_t size) {
   static ScratchDir dir;
   const std::string path = dir.path + "/" + name;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) {
     std::perror(path.c_str());

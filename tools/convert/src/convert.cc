@@ -178,6 +178,7 @@ Result<ConvertReport> Run(const ConvertOptions& options) {
     }
     case Format::kAuto: return Status::Internal("unresolved source format");
   }
+  CKFMT_RETURN_IF_ERROR(CheckTree(root, options.src));
   if (root.kind != Node::Kind::kDict) {
     Node wrapped = Node::Dict();
     wrapped.children.emplace_back("value", std::move(root));

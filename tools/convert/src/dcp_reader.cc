@@ -298,7 +298,8 @@ Result<Node> ReadDcp(const std::string& dir, const DcpReadOptions& options, Conv
         else if (c->kind == Kind::kInt && c->i >= 0) path.emplace_back(static_cast<uint64_t>(c->i));
         else return Status::Corruption(where + ": planner path holds " + py::Describe(*c));
       }
-    } else if (options.split_dotted) {
+    } else if (options.split_dotted &&
+               std::count(fqn.begin(), fqn.end(), '.') < kMaxTreeDepth) {
       size_t start = 0;
       for (;;) {
         size_t dot = fqn.find('.', start);
@@ -310,6 +311,10 @@ Result<Node> ReadDcp(const std::string& dir, const DcpReadOptions& options, Conv
       path.emplace_back(fqn);
     }
     if (path.empty()) return Status::Corruption(where + ": empty path");
+    if (path.size() > size_t(kMaxTreeDepth)) {
+      return Status::Unsupported(where + ": its planner path nests deeper than " +
+                                 std::to_string(kMaxTreeDepth) + " levels");
+    }
     if (v->kind != Kind::kInstance) return Status::Corruption(where + ": " + py::Describe(*v));
     Node leaf;
     if (v->s2 == "BytesStorageMetadata") {

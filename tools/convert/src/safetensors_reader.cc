@@ -179,7 +179,14 @@ Result<std::shared_ptr<TensorSource>> MakeSource(const OpenedFile& f, const StTe
 // conflict such as "a" and "a.b" both being tensors.
 Node Place(std::vector<std::pair<std::string, Node>> leaves, bool split, ConvertLog* log,
            const std::string& where) {
-  if (split) {
+  // A key of more than kMaxTreeDepth parts would nest that deep: flat too.
+  const bool too_deep = std::any_of(leaves.begin(), leaves.end(), [](const auto& kv) {
+    return std::count(kv.first.begin(), kv.first.end(), '.') >= kMaxTreeDepth;
+  });
+  if (split && too_deep) {
+    log->Note(where + ": a key has more than " + std::to_string(kMaxTreeDepth) +
+              " dotted parts; kept as flat keys");
+  } else if (split) {
     Node root = Node::Dict();
     bool ok = true;
     for (auto& [key, leaf] : leaves) {

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "ckfmt/utf8.h"
 #include "pickle_writer.h"
 
 namespace ckfmt::convert {
@@ -291,9 +292,9 @@ std::string KeyToString(const py::Object& k, bool* was_int, std::string* note) {
 }
 
 Result<Node> Convert(const py::Ref& o, Ctx& c, const std::string& key, int depth) {
-  if (depth > 100) {
-    return Status::Unsupported(c.opts.where + ": " + key + ": nesting deeper than 100 levels "
-                               "(or a self-referencing object)");
+  if (depth > kMaxTreeDepth) {
+    return Status::Unsupported(c.opts.where + ": " + key + ": nesting deeper than " +
+                               std::to_string(kMaxTreeDepth) + " levels");
   }
   if (++c.nodes > kMaxNodes) {
     return Status::Unsupported(c.opts.where + ": more than " + std::to_string(kMaxNodes) +
@@ -423,6 +424,34 @@ Result<Node> PyToTree(const py::Ref& obj, const PyToTreeOptions& options, Conver
   }
   Ctx c{options, log};
   return Convert(obj, c, key, 0);
+}
+
+namespace {
+
+Status CheckSubtree(const Node& n, const std::string& where, const std::string& key, int depth) {
+  if (depth > kMaxTreeDepth) {
+    return Status::Unsupported(where + ": " + key + ": nesting deeper than " +
+                               std::to_string(kMaxTreeDepth) + " levels");
+  }
+  auto not_utf8 = [&](const std::string& what) {
+    return Status::Corruption(where + ": " + what + " is not valid UTF-8, which ckfmt and "
+                              "safetensors require of their strings");
+  };
+  if (n.kind == Node::Kind::kStr && !IsValidUtf8(n.s)) return not_utf8("the string at " + key);
+  if (n.kind == Node::Kind::kBytes && !IsValidUtf8(n.content_type)) {
+    return not_utf8("the content type at " + key);
+  }
+  for (const auto& [k, child] : n.children) {
+    if (!IsValidUtf8(k)) return not_utf8("a key below " + (key.empty() ? "the root" : key));
+    CKFMT_RETURN_IF_ERROR(CheckSubtree(child, where, JoinKey(key, k), depth + 1));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status CheckTree(const Node& root, const std::string& where) {
+  return CheckSubtree(root, where, "", 0);
 }
 
 uint64_t TreeBytes(const Node& n) {

@@ -121,6 +121,16 @@ inline Node Node::List() {
   return n;
 }
 
+// Deepest tree the converter builds: sources that nest deeper (Python
+// objects, keys split on '.') are refused or kept flat, so that walking a
+// tree (and destroying it) never recurses further.
+inline constexpr int kMaxTreeDepth = 100;
+
+// OK if no path in the tree is deeper than kMaxTreeDepth and every key,
+// string and content type is valid UTF-8, as ckfmt and safetensors require
+// of their strings; otherwise an error naming `where` and the key.
+Status CheckTree(const Node& root, const std::string& where);
+
 // Notes and dropped entries collected along the way.
 struct ConvertLog {
   std::vector<std::pair<std::string, std::string>> dropped;  // (key, reason)
