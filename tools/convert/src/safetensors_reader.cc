@@ -4,6 +4,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <unordered_map>
 
 #include "file_io.h"
 
@@ -187,28 +188,37 @@ Node Place(std::vector<std::pair<std::string, Node>> leaves, bool split, Convert
     log->Note(where + ": a key has more than " + std::to_string(kMaxTreeDepth) +
               " dotted parts; kept as flat keys");
   } else if (split) {
+    // Each dict's children by name, mirroring the tree by index, so that a
+    // file of many keys is placed in linear time.
+    struct Names {
+      std::unordered_map<std::string, size_t> pos;
+      std::vector<Names> kids;
+    };
     Node root = Node::Dict();
+    Names root_names;
     bool ok = true;
     for (auto& [key, leaf] : leaves) {
       Node* cur = &root;
+      Names* names = &root_names;
       size_t start = 0;
       for (;;) {
         size_t dot = key.find('.', start);
         std::string part = key.substr(start, dot == std::string::npos ? dot : dot - start);
-        Node* next = cur->Child(part);
+        auto [it, fresh] = names->pos.emplace(part, cur->children.size());
+        if (fresh) names->kids.emplace_back();
         if (dot == std::string::npos) {
-          if (next) ok = false;
-          else cur->children.emplace_back(part, leaf);
+          if (fresh) cur->children.emplace_back(part, leaf);
+          ok = fresh;
           break;
         }
-        if (!next) {
-          cur->children.emplace_back(part, Node::Dict());
-          next = &cur->children.back().second;
-        } else if (next->kind != Node::Kind::kDict) {
+        if (fresh) cur->children.emplace_back(part, Node::Dict());
+        Node* next = &cur->children[it->second].second;
+        if (next->kind != Node::Kind::kDict) {
           ok = false;
           break;
         }
         cur = next;
+        names = &names->kids[it->second];
         start = dot + 1;
       }
       if (!ok) break;

@@ -18,13 +18,6 @@ uint64_t TensorSource::nbytes() const {
   return n * DTypeSize(dtype);
 }
 
-Node* Node::Child(const std::string& key) {
-  for (auto& [k, v] : children) {
-    if (k == key) return &v;
-  }
-  return nullptr;
-}
-
 std::string JoinKey(const std::string& parent, const std::string& child) {
   return parent.empty() ? child : parent + "." + child;
 }

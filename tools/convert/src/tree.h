@@ -99,8 +99,6 @@ struct Node {
 
   static Node Dict();
   static Node List();
-  // Child of a dict by key (nullptr if absent).
-  Node* Child(const std::string& key);
 };
 
 inline Node::Node() = default;
