@@ -13,7 +13,8 @@
 # is configured as Release if it does not exist yet), MICRO_ARGS (arguments
 # for ckfmt_micro_bench, e.g. "--benchmark_filter=Zstd"), SKIP_MICRO=1,
 # SKIP_COMPARE=1. The comparison gets --dir, --size-gib and --runs too.
-# The outputs are also written to $BUILD_DIR/bench/*.txt.
+# The outputs are also written to $BUILD_DIR/bench/*.txt; the last block
+# checks them against the speed targets (bench/targets.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -55,3 +56,7 @@ echo
 echo "== summary"
 # The table is the last block of the e2e output, from its header line on.
 sed -n '/^ckfmt-bench-e2e: .* logical state/,$p' "$BUILD_DIR/bench/e2e.txt"
+
+echo
+echo "== targets (bench/targets.sh $BUILD_DIR/bench)"
+bench/targets.sh "$BUILD_DIR/bench"
