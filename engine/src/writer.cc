@@ -155,10 +155,13 @@ Status CheckpointWriter::Impl::Open() {
   index_.world_size = opts_.world_size;
   index_.save_mode = opts_.save_mode;
   index_.metadata = opts_.metadata;
+  if (!IsValidUtf8(index_.save_mode)) {
+    return Status::InvalidArgument(path_ + ": the save mode is not valid UTF-8 (FORMAT.md W5)");
+  }
   for (const auto& [key, value] : index_.metadata) {
-    if (!IsValidUtf8(key) || !IsValidUtf8(value) || !IsValidUtf8(index_.save_mode)) {
-      return Status::InvalidArgument(path_ + ": metadata (key, value or save mode) is not valid "
-                                     "UTF-8, as every string in a file must be (FORMAT.md W5)");
+    if (!IsValidUtf8(key) || !IsValidUtf8(value)) {
+      return Status::InvalidArgument(path_ + ": metadata \"" + key + "\": key or value is not "
+                                     "valid UTF-8, as every string in a file must be (FORMAT.md W5)");
     }
   }
   CKFMT_ASSIGN_OR_RETURN(auto space, out_->Reserve(kHeaderSize));

@@ -298,8 +298,7 @@ Result<Node> ReadDcp(const std::string& dir, const DcpReadOptions& options, Conv
         else if (c->kind == Kind::kInt && c->i >= 0) path.emplace_back(static_cast<uint64_t>(c->i));
         else return Status::Corruption(where + ": planner path holds " + py::Describe(*c));
       }
-    } else if (options.split_dotted &&
-               std::count(fqn.begin(), fqn.end(), '.') < kMaxTreeDepth) {
+    } else if (options.split_dotted && !SplitsTooDeep(fqn)) {
       size_t start = 0;
       for (;;) {
         size_t dot = fqn.find('.', start);
@@ -308,6 +307,10 @@ Result<Node> ReadDcp(const std::string& dir, const DcpReadOptions& options, Conv
         start = dot + 1;
       }
     } else {
+      if (options.split_dotted) {
+        log->Note(meta_path + ": key \"" + fqn.substr(0, 60) + "...\" has more than " +
+                  std::to_string(kMaxTreeDepth) + " dotted parts; kept as one key");
+      }
       path.emplace_back(fqn);
     }
     if (path.empty()) return Status::Corruption(where + ": empty path");

@@ -112,7 +112,7 @@ std::string Describe(const Object& o, int depth) {
 }
 
 bool ContainsDisallowed(const Object& o, std::string* name, int depth) {
-  if (depth > 1000) return false;
+  if (depth > kMaxDepth) return false;
   if (o.kind == Kind::kGlobal && o.disallowed) {
     if (name) *name = o.GlobalName();
     return true;

@@ -181,9 +181,8 @@ Result<std::shared_ptr<TensorSource>> MakeSource(const OpenedFile& f, const StTe
 Node Place(std::vector<std::pair<std::string, Node>> leaves, bool split, ConvertLog* log,
            const std::string& where) {
   // A key of more than kMaxTreeDepth parts would nest that deep: flat too.
-  const bool too_deep = std::any_of(leaves.begin(), leaves.end(), [](const auto& kv) {
-    return std::count(kv.first.begin(), kv.first.end(), '.') >= kMaxTreeDepth;
-  });
+  const bool too_deep = std::any_of(leaves.begin(), leaves.end(),
+                                    [](const auto& kv) { return SplitsTooDeep(kv.first); });
   if (split && too_deep) {
     log->Note(where + ": a key has more than " + std::to_string(kMaxTreeDepth) +
               " dotted parts; kept as flat keys");

@@ -226,8 +226,9 @@ constexpr uint64_t kMaxNodes = 10'000'000;
 // computed over the object graph without expanding it; refuses cycles.
 Result<uint64_t> ExpandedSize(const py::Object* o, std::unordered_map<const py::Object*, uint64_t>& memo,
                               const std::string& where, int depth = 0) {
-  if (depth > 1000) {
-    return Status::Unsupported(where + ": the pickle nests objects more than 1000 deep");
+  if (depth > py::kMaxDepth) {
+    return Status::Unsupported(where + ": the pickle nests objects more than " +
+                               std::to_string(py::kMaxDepth) + " deep");
   }
   auto it = memo.find(o);
   if (it != memo.end()) {

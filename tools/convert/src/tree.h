@@ -124,6 +124,14 @@ inline Node Node::List() {
 // tree (and destroying it) never recurses further.
 inline constexpr int kMaxTreeDepth = 100;
 
+// True if splitting `key` on '.' would nest deeper than kMaxTreeDepth:
+// readers keep such a key whole.
+inline bool SplitsTooDeep(const std::string& key) {
+  size_t dots = 0;
+  for (char c : key) dots += c == '.';
+  return dots >= size_t(kMaxTreeDepth);
+}
+
 // OK if no path in the tree is deeper than kMaxTreeDepth and every key,
 // string and content type is valid UTF-8, as ckfmt and safetensors require
 // of their strings; otherwise an error naming `where` and the key.
