@@ -23,8 +23,11 @@ uint32_t Serial(uint32_t crc, const uint8_t* p, size_t size) {
 
 uint32_t Crc32(uint32_t crc, const void* data, size_t size) {
   const auto* p = static_cast<const uint8_t*>(data);
-  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  if (size < (16u << 20) || cores < 2) return Serial(crc, p, size);
+  if (size < (16u << 20)) return Serial(crc, p, size);
+  // Asked once: glibc reads /sys for it on every call, and small records
+  // (a DCP item's zip entries) come by the ten thousand.
+  static const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  if (cores < 2) return Serial(crc, p, size);
   // Large buffers: CRC the parts in parallel and combine.
   const size_t parts = std::min<size_t>(cores, 8);
   const size_t step = size / parts;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <string_view>
+#include <unordered_map>
 
 #include "file_io.h"
 #include "torch_save_reader.h"
@@ -150,12 +152,11 @@ struct Builder {
     bool is_list = false;
     bool leaf = false;
     Node value;
-    std::vector<std::pair<PathComponent, std::unique_ptr<B>>> kids;
+    std::vector<std::pair<PathComponent, std::unique_ptr<B>>> kids;  // in insertion order
+    std::map<PathComponent, B*> by_key;  // the same kids, found in log time
     B* Kid(const PathComponent& c) {
-      for (auto& [k, v] : kids) {
-        if (k == c) return v.get();
-      }
-      return nullptr;
+      auto it = by_key.find(c);
+      return it == by_key.end() ? nullptr : it->second;
     }
   };
   B root;
@@ -173,6 +174,7 @@ struct Builder {
       if (!next) {
         cur->kids.emplace_back(path[i], std::make_unique<B>());
         next = cur->kids.back().second.get();
+        cur->by_key.emplace(path[i], next);
       }
       cur = next;
     }
@@ -278,6 +280,14 @@ Result<Node> ReadDcp(const std::string& dir, const DcpReadOptions& options, Conv
   auto files = std::make_shared<DcpFiles>();
   files->dir = dir;
   TorchReadOptions topts{options.allow_opaque, options.verify_crc};
+  // fqn -> the planner's original object path (as in a dict, the last of
+  // equal keys counts), looked up once per fqn below.
+  std::unordered_map<std::string_view, const py::Object*> planner_paths;
+  if (planner && planner->kind == Kind::kDict) {
+    for (const auto& [pk, pv] : planner->dict) {
+      if (pk->kind == Kind::kStr) planner_paths[pk->s] = pv.get();
+    }
+  }
   Builder builder;
   uint32_t max_rank = 0;
   for (const auto& [k, v] : sdm->dict) {
@@ -286,12 +296,8 @@ Result<Node> ReadDcp(const std::string& dir, const DcpReadOptions& options, Conv
     const std::string where = meta_path + ": " + fqn;
     // Path: the planner's original object path, else the dotted fqn.
     KeyPath path;
-    const py::Object* mapped = nullptr;
-    if (planner && planner->kind == Kind::kDict) {
-      for (const auto& [pk, pv] : planner->dict) {
-        if (pk->kind == Kind::kStr && pk->s == fqn) mapped = pv.get();
-      }
-    }
+    auto planned = planner_paths.find(fqn);
+    const py::Object* mapped = planned == planner_paths.end() ? nullptr : planned->second;
     if (mapped && (mapped->kind == Kind::kTuple || mapped->kind == Kind::kList)) {
       for (const auto& c : mapped->items) {
         if (c->kind == Kind::kStr) path.emplace_back(c->s);
