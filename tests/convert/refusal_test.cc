@@ -302,6 +302,36 @@ TEST(Refusal, DeeplyDottedKeysStayFlat) {
   EXPECT_NE((*reader)->Find(KeyPath{key}), nullptr);
 }
 
+// DCP at the depth limit, in files torch wrote (tests/fixtures/make_fixtures.py
+// --only dcp_deep): a state nested 101 dicts deep has a planner path of 102
+// parts, which no output could hold; a flat key of 150 dotted parts saved
+// without planner data would split as deep, so it is kept whole.
+TEST(Refusal, DcpPlannerPathTooDeep) {
+  std::string dir = MakeTempDir("dcp_deep");
+  Status s = ConvertStatus(Fixture("dcp_deep_nesting"), dir + "/out.ckfmt");
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.ToString();
+  EXPECT_NE(s.message().find("dcp_deep_nesting/.metadata"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("nests deeper than 100 levels"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(PathExists(dir + "/out.ckfmt"));
+}
+
+TEST(Refusal, DcpDeeplyDottedKeyStaysWhole) {
+  std::string dir = MakeTempDir("dcp_deep");
+  ConvertReport r = ConvertOrDie(Fixture("dcp_deep_key"), dir + "/out.ckfmt");
+  EXPECT_EQ(r.tensors, 1u);
+  bool noted = false;
+  for (const auto& n : r.notes) noted |= n.find("kept as one key") != std::string::npos;
+  EXPECT_TRUE(noted);
+  std::string key = "p0";
+  for (int i = 1; i < 150; ++i) key += ".p" + std::to_string(i);
+  auto reader = CheckpointReader::Open(dir + "/out.ckfmt");
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  const EntryRecord* e = (*reader)->Find(KeyPath{key});
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->dtype, DType::kI32);
+  EXPECT_EQ(e->shape, (Shape{4}));
+}
+
 TEST(Refusal, TruncatedLegacyFile) {
   std::string dir = MakeTempDir("legacy");
   std::string z = ReadFile(Fixture("legacy.pt"));
