@@ -286,7 +286,13 @@ Status ReadSession::Read(const std::vector<ReadTarget>& targets, ThreadPool& poo
   if (bounce) device_->SetBounceSize(bounce);
   CKFMT_ASSIGN_OR_RETURN(uint64_t size, file_.Size());
   if (file_.direct() && options_.io.backend == IoBackend::kAuto) {
-    if (CachedFraction(file_, size) > 0.5) {
+    // Whether the bytes this read needs are cached, not the whole file:
+    // as cheap for one small tensor as its size (a converter reads tens of
+    // thousands of them, one call each), and right for a partial load.
+    const uint64_t first = tasks.begin()->first;
+    const ChunkTask& last = tasks.rbegin()->second;
+    const uint64_t end = std::min(size, last.chunk->offset + last.chunk->stored_size);
+    if (end > first && CachedFraction(file_, first, end - first) > 0.5) {
       if (buffered_.fd() < 0) {
         // The same inode as the validated file, not whatever the path names now.
         CKFMT_ASSIGN_OR_RETURN(buffered_, file_.Reopen(/*direct=*/false));

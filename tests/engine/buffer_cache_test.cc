@@ -93,10 +93,33 @@ TEST(CachedFractionTest, TellsACachedFileFromADroppedOne) {
     ASSERT_TRUE(f->Sync().ok());
     auto r = File::OpenRead(path, /*direct=*/false);
     ASSERT_TRUE(r.ok());
-    EXPECT_GT(CachedFraction(*r, size), 0.9) << size;
+    EXPECT_GT(CachedFraction(*r, 0, size), 0.9) << size;
     ASSERT_EQ(::posix_fadvise(r->fd(), 0, 0, POSIX_FADV_DONTNEED), 0);
-    EXPECT_LT(CachedFraction(*r, size), 0.1) << size;
+    EXPECT_LT(CachedFraction(*r, 0, size), 0.1) << size;
   }
+}
+
+// A read asks about the bytes it needs, not the whole file (a converter
+// reads tensors one by one): a range from an unaligned offset, half cached.
+TEST(CachedFractionTest, AsksAboutARange) {
+  ckfmt_test::ScopedTempDir dir;
+  struct statfs fs{};
+  if (::statfs(dir.path().c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
+    GTEST_SKIP() << "tmpfs keeps every page in memory";
+  }
+  const size_t size = 8 * kMiB, half = size / 2;
+  const std::string path = dir.File("f");
+  auto f = File::Create(path, /*direct=*/false);
+  ASSERT_TRUE(f.ok());
+  std::vector<uint8_t> bytes(size, 7);
+  ASSERT_TRUE(f->WriteAt(0, bytes.data(), size).ok());
+  ASSERT_TRUE(f->Sync().ok());
+  auto r = File::OpenRead(path, /*direct=*/false);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(::posix_fadvise(r->fd(), 0, half, POSIX_FADV_DONTNEED), 0);
+  EXPECT_LT(CachedFraction(*r, 100, half - 200), 0.1);
+  EXPECT_GT(CachedFraction(*r, half + 100, half - 200), 0.9);
+  EXPECT_EQ(CachedFraction(*r, 100, 0), 0);
 }
 
 }  // namespace

@@ -240,14 +240,18 @@ Status File::Close() {
   return Status::OK();
 }
 
-double CachedFraction(const File& file, uint64_t size) {
-  if (size == 0) return 0;
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, file.fd(), 0);
+double CachedFraction(const File& file, uint64_t offset, uint64_t length) {
+  if (length == 0) return 0;
+  const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
+  // mmap wants a page-aligned offset: map from the page holding `offset`.
+  const uint64_t map_offset = offset / page * page;
+  if (length > UINT64_MAX - (offset - map_offset)) return 0;
+  const uint64_t size = length + (offset - map_offset);
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, file.fd(), off_t(map_offset));
   if (map == MAP_FAILED) return 0;
   // A sample: asking for every page of a 2 GiB file took 22 ms, while the
   // disk waited for the load to begin.
   constexpr uint64_t kWindows = 64, kWindow = uint64_t{1} << 20;
-  const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
   const uint64_t windows = size <= kWindows * kWindow ? 1 : kWindows;
   const uint64_t len = windows == 1 ? size : kWindow;
   const uint64_t stride = windows == 1 ? 0 : (size - len) / (windows - 1) / page * page;

@@ -80,10 +80,10 @@ class File {
   std::string path_;
 };
 
-// The fraction of the file's first `size` bytes that sit in the page cache
-// (mmap + mincore), estimated from 64 windows of 1 MiB spread over them
-// (every page of a smaller file); 0 if it cannot be told.
-double CachedFraction(const File& file, uint64_t size);
+// The fraction of the file's bytes [offset, offset + length) that sit in
+// the page cache (mmap + mincore), estimated from 64 windows of 1 MiB
+// spread over them (every page of a smaller range); 0 if it cannot be told.
+double CachedFraction(const File& file, uint64_t offset, uint64_t length);
 
 // "<path>.tmp.<random>" in the same directory.
 std::string TemporaryPathFor(const std::string& path);
