@@ -78,48 +78,49 @@ TEST(BufferCacheTest, KeepsTheNewestWithinItsCapAndReleasesOnRequest) {
   EXPECT_EQ(TakeCachedBuffer(big), nullptr);
 }
 
-TEST(CachedFractionTest, TellsACachedFileFromADroppedOne) {
-  ckfmt_test::ScopedTempDir dir;
-  struct statfs fs{};
-  if (::statfs(dir.path().c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
-    GTEST_SKIP() << "tmpfs keeps every page in memory";
+// A test file of `size` bytes, written through the page cache and synced
+// (so its pages stay cached until dropped), opened for buffered reads.
+// Skips on tmpfs, which keeps every page in memory.
+class CachedFractionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    struct statfs fs{};
+    if (::statfs(dir.path().c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
+      GTEST_SKIP() << "tmpfs keeps every page in memory";
+    }
   }
-  for (size_t size : {size_t{3} * kMiB, size_t{80} * kMiB}) {  // every page; sampled windows
+  File CachedFile(size_t size) {
     const std::string path = dir.File("f" + std::to_string(size));
     auto f = File::Create(path, /*direct=*/false);
-    ASSERT_TRUE(f.ok());
+    EXPECT_TRUE(f.ok());
     std::vector<uint8_t> bytes(size, 7);
-    ASSERT_TRUE(f->WriteAt(0, bytes.data(), size).ok());
-    ASSERT_TRUE(f->Sync().ok());
+    EXPECT_TRUE(f->WriteAt(0, bytes.data(), size).ok());
+    EXPECT_TRUE(f->Sync().ok());
     auto r = File::OpenRead(path, /*direct=*/false);
-    ASSERT_TRUE(r.ok());
-    EXPECT_GT(CachedFraction(*r, 0, size), 0.9) << size;
-    ASSERT_EQ(::posix_fadvise(r->fd(), 0, 0, POSIX_FADV_DONTNEED), 0);
-    EXPECT_LT(CachedFraction(*r, 0, size), 0.1) << size;
+    EXPECT_TRUE(r.ok());
+    return std::move(*r);
+  }
+  ckfmt_test::ScopedTempDir dir;
+};
+
+TEST_F(CachedFractionTest, TellsACachedFileFromADroppedOne) {
+  for (size_t size : {size_t{3} * kMiB, size_t{80} * kMiB}) {  // every page; sampled windows
+    File r = CachedFile(size);
+    EXPECT_GT(CachedFraction(r, 0, size), 0.9) << size;
+    ASSERT_EQ(::posix_fadvise(r.fd(), 0, 0, POSIX_FADV_DONTNEED), 0);
+    EXPECT_LT(CachedFraction(r, 0, size), 0.1) << size;
   }
 }
 
 // A read asks about the bytes it needs, not the whole file (a converter
 // reads tensors one by one): a range from an unaligned offset, half cached.
-TEST(CachedFractionTest, AsksAboutARange) {
-  ckfmt_test::ScopedTempDir dir;
-  struct statfs fs{};
-  if (::statfs(dir.path().c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
-    GTEST_SKIP() << "tmpfs keeps every page in memory";
-  }
+TEST_F(CachedFractionTest, AsksAboutARange) {
   const size_t size = 8 * kMiB, half = size / 2;
-  const std::string path = dir.File("f");
-  auto f = File::Create(path, /*direct=*/false);
-  ASSERT_TRUE(f.ok());
-  std::vector<uint8_t> bytes(size, 7);
-  ASSERT_TRUE(f->WriteAt(0, bytes.data(), size).ok());
-  ASSERT_TRUE(f->Sync().ok());
-  auto r = File::OpenRead(path, /*direct=*/false);
-  ASSERT_TRUE(r.ok());
-  ASSERT_EQ(::posix_fadvise(r->fd(), 0, half, POSIX_FADV_DONTNEED), 0);
-  EXPECT_LT(CachedFraction(*r, 100, half - 200), 0.1);
-  EXPECT_GT(CachedFraction(*r, half + 100, half - 200), 0.9);
-  EXPECT_EQ(CachedFraction(*r, 100, 0), 0);
+  File r = CachedFile(size);
+  ASSERT_EQ(::posix_fadvise(r.fd(), 0, half, POSIX_FADV_DONTNEED), 0);
+  EXPECT_LT(CachedFraction(r, 100, half - 200), 0.1);
+  EXPECT_GT(CachedFraction(r, half + 100, half - 200), 0.9);
+  EXPECT_EQ(CachedFraction(r, 100, 0), 0);
 }
 
 }  // namespace
