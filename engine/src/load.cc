@@ -10,11 +10,15 @@
 #include "ckfmt/cuda.h"
 #include "ckfmt/log.h"
 #include "device/device_ops.h"
+#include "prefault.h"
 #include "reader_impl.h"
 #include "scalar_value.h"
 
 namespace ckfmt {
 namespace {
+
+// Smaller fresh tensors are not worth a task: the reads fault them in.
+constexpr uint64_t kMinPrefault = uint64_t{1} << 20;
 
 std::string Describe(const Value& v) {
   if (!v.is_tensor()) return ValueKindName(v.kind());
@@ -213,6 +217,17 @@ Result<LoadReport> LoadImpl(CheckpointReader::Impl& r, Value* sd, const LoadOpti
       *sd->Find(e->path) = ScalarValue(*e);
     }
   }
+  // Reconstructed host tensors are fresh memory that the reads fill whole:
+  // a worker faults their pages in meanwhile (see prefault.h).
+  std::vector<std::pair<uint8_t*, size_t>> fresh_memory;
+  for (const EntryRecord* e : plan.create) {
+    if (e->kind != EntryKind::kTensor) continue;
+    const Tensor& t = sd->Find(e->path)->as_tensor();
+    if (t.device().type == DeviceType::kCPU && t.nbytes() >= kMinPrefault) {
+      fresh_memory.emplace_back(static_cast<uint8_t*>(t.data()), t.nbytes());
+    }
+  }
+  BackgroundPrefault prefault(r.pool, std::move(fresh_memory));
   std::vector<ReadTarget> targets;
   for (const EntryRecord* e : reads) {
     Value* v = sd->Find(e->path);
