@@ -17,9 +17,6 @@
 namespace ckfmt {
 namespace {
 
-// Smaller fresh tensors are not worth a task: the reads fault them in.
-constexpr uint64_t kMinPrefault = uint64_t{1} << 20;
-
 std::string Describe(const Value& v) {
   if (!v.is_tensor()) return ValueKindName(v.kind());
   const Tensor& t = v.as_tensor();
@@ -223,7 +220,7 @@ Result<LoadReport> LoadImpl(CheckpointReader::Impl& r, Value* sd, const LoadOpti
   for (const EntryRecord* e : plan.create) {
     if (e->kind != EntryKind::kTensor) continue;
     const Tensor& t = sd->Find(e->path)->as_tensor();
-    if (t.device().type == DeviceType::kCPU && t.nbytes() >= kMinPrefault) {
+    if (t.device().type == DeviceType::kCPU && t.nbytes() >= kMinPrefaultBytes) {
       fresh_memory.emplace_back(static_cast<uint8_t*>(t.data()), t.nbytes());
     }
   }
