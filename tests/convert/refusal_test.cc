@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "ckfmt/reader.h"
+#include "ckfmt/utf8.h"
 #include "convert_test_util.h"
 #include "file_io.h"
 #include "pickle_writer.h"
@@ -257,6 +258,26 @@ TEST(Refusal, AmbiguousSafetensorsHeaders) {
   ConvertOrDie(p, dir + "/ok.ckfmt");
   FileSummary s = SummarizeCkfmt(dir + "/ok.ckfmt");
   EXPECT_EQ(s.tensors.count("a.b"), 1u);
+}
+
+// A megabyte key in an error is quoted by its start and its length, cut
+// at a character boundary, not whole.
+TEST(Refusal, LongKeysAreQuotedShort) {
+  std::string dir = MakeTempDir("st");
+  // 5 + 2k bytes: byte 200, where quoting stops, is inside a character.
+  std::string key = "layer";
+  while (key.size() < (1u << 20)) key += "\u00e9";  // two bytes in UTF-8
+  const std::string p = dir + "/long.safetensors";
+  WriteFile(p, SafetensorsFile("{\"" + key + "\":{\"dtype\":\"F4\",\"shape\":[1],"
+                               "\"data_offsets\":[0,1]}}", 1));
+  Status s = ConvertStatus(p, dir + "/out.ckfmt");
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.ToString().substr(0, 500);
+  EXPECT_LT(s.message().size(), 1000u);
+  EXPECT_NE(s.message().find("tensor \"layer\u00e9"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("...\" (" + std::to_string(key.size()) + " bytes)"),
+            std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("unknown dtype \"F4\""), std::string::npos) << s.message();
+  EXPECT_TRUE(IsValidUtf8(s.message())) << "cut inside a character";
 }
 
 // Keys must be UTF-8 in ckfmt and safetensors; a pickle's need not be (a

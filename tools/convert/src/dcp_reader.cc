@@ -90,7 +90,7 @@ class DcpTensorSource : public TensorSource {
       for (uint64_t d : c.sizes) cn *= d;
       if (cn == 0) continue;
       std::string label = files->dir + "/" + c.item.relative_path + " @" +
-                          std::to_string(c.item.offset) + " (" + fqn + " chunk " +
+                          std::to_string(c.item.offset) + " (" + QuoteKey(fqn) + " chunk " +
                           std::to_string(ci) + ")";
       CKFMT_ASSIGN_OR_RETURN(auto file, files->Get(c.item.relative_path));
       uint32_t rank = RankOf(c.item.relative_path);
@@ -253,7 +253,7 @@ Result<Node> ReadDcp(const std::string& dir, const DcpReadOptions& options, Conv
     }
     const py::Object* fqn = k->Attr("fqn");
     if (!fqn || fqn->kind != Kind::kStr) return Status::Corruption(where + ": index without fqn");
-    where += " [" + fqn->s + "]";
+    where += " [" + QuoteKey(fqn->s) + "]";
     std::vector<uint64_t> offs;
     const py::Object* off = k->Attr("offset");
     if (off && off->kind != Kind::kNone) {
@@ -293,7 +293,7 @@ Result<Node> ReadDcp(const std::string& dir, const DcpReadOptions& options, Conv
   for (const auto& [k, v] : sdm->dict) {
     if (k->kind != Kind::kStr) return Status::Corruption(meta_path + ": non-string fqn");
     const std::string& fqn = k->s;
-    const std::string where = meta_path + ": " + fqn;
+    const std::string where = meta_path + ": " + QuoteKey(fqn);
     // Path: the planner's original object path, else the dotted fqn.
     KeyPath path;
     auto planned = planner_paths.find(fqn);
@@ -314,7 +314,7 @@ Result<Node> ReadDcp(const std::string& dir, const DcpReadOptions& options, Conv
       }
     } else {
       if (options.split_dotted) {
-        log->Note(meta_path + ": key \"" + fqn.substr(0, 60) + "...\" has more than " +
+        log->Note(meta_path + ": key " + QuoteKey(fqn) + " has more than " +
                   std::to_string(kMaxTreeDepth) + " dotted parts; kept as one key");
       }
       path.emplace_back(fqn);
@@ -332,7 +332,7 @@ Result<Node> ReadDcp(const std::string& dir, const DcpReadOptions& options, Conv
       const ItemInfo& ii = it->second;
       CKFMT_ASSIGN_OR_RETURN(auto file, files->Get(ii.relative_path));
       std::string label = dir + "/" + ii.relative_path + " @" + std::to_string(ii.offset) +
-                          " (" + fqn + ")";
+                          " (" + QuoteKey(fqn) + ")";
       if (ii.length > kMaxBytesItem) return Status::Unsupported(label + ": bytes item over 1 GiB");
       std::string head(std::min<uint64_t>(ii.length, 4), '\0');
       CKFMT_RETURN_IF_ERROR(file->ReadAt(ii.offset, head.data(), head.size(), label));
@@ -346,7 +346,8 @@ Result<Node> ReadDcp(const std::string& dir, const DcpReadOptions& options, Conv
         leaf.kind = Node::Kind::kBytes;
         leaf.content_type = "bytes";
         leaf.s = std::move(raw);
-        log->Note(fqn + ": DCP bytes item is not a torch.save archive; kept as raw bytes");
+        log->Note(QuoteKey(fqn) +
+                  ": DCP bytes item is not a torch.save archive; kept as raw bytes");
       }
       max_rank = std::max(max_rank, RankOf(ii.relative_path));
     } else if (v->s2 == "TensorStorageMetadata") {
@@ -409,7 +410,7 @@ Result<Node> ReadDcp(const std::string& dir, const DcpReadOptions& options, Conv
       }
       if (covered != *total) {
         src->partial = true;
-        log->Note(fqn + ": chunks cover " + std::to_string(covered) + " of " +
+        log->Note(QuoteKey(fqn) + ": chunks cover " + std::to_string(covered) + " of " +
                   std::to_string(*total) + " elements; stored as a partial entry");
       }
       leaf.kind = Node::Kind::kTensor;

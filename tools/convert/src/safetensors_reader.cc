@@ -84,7 +84,7 @@ Result<std::vector<StTensor>> ParseHeader(const std::string& path, const std::st
   std::vector<StTensor> out;
   for (const std::string& key : doc.keys) {
     const json& v = j.at(key);
-    std::string where = path + ": tensor \"" + key + "\"";
+    std::string where = path + ": tensor " + QuoteKey(key);
     if (key == "__metadata__") {
       if (!v.is_object()) return Status::Corruption(path + ": __metadata__ is not an object");
       for (const std::string& mk : doc.nested_keys["__metadata__"]) {
@@ -186,7 +186,7 @@ Result<std::shared_ptr<TensorSource>> MakeSource(const OpenedFile& f, const StTe
   for (size_t d = t.shape.size(); d-- > 1;) stride[d - 1] = stride[d] * t.shape[d];
   uint64_t base = f.data_start + t.begin;
   auto file = f.file;
-  std::string where = f.file->path() + ": tensor \"" + t.key + "\"";
+  std::string where = f.file->path() + ": tensor " + QuoteKey(t.key);
   CKFMT_ASSIGN_OR_RETURN(auto s, StridedTensorSource::Create(
                                      t.dtype, t.shape, stride, 0, t.end - t.begin,
                                      [file, base, where](uint64_t off, void* dst, uint64_t n) {
@@ -322,7 +322,7 @@ Result<Node> ReadSafetensorsSharded(const std::string& path,
   for (const std::string& key : weight_keys) {
     const json& value = weight_map.at(key);
     if (!value.is_string()) {
-      return Status::Corruption(index_path + ": weight_map[\"" + key + "\"] is not a string");
+      return Status::Corruption(index_path + ": weight_map[" + QuoteKey(key) + "] is not a string");
     }
     std::string file = value.get<std::string>();
     if (file.find('/') != std::string::npos || file.find("..") != std::string::npos) {
@@ -348,14 +348,15 @@ Result<Node> ReadSafetensorsSharded(const std::string& path,
     for (const auto& t : sp->tensors) {
       auto [it, fresh] = found.emplace(t.key, std::make_pair(sp, &t));
       if (!fresh) {
-        return Status::Corruption(index_path + ": tensor \"" + t.key + "\" is in two shards (" +
-                                  it->second.first->file->path() + " and " + shard + ")");
+        return Status::Corruption(index_path + ": tensor " + QuoteKey(t.key) +
+                                  " is in two shards (" + it->second.first->file->path() +
+                                  " and " + shard + ")");
       }
       auto kf = key_file.find(t.key);
       if (kf == key_file.end()) {
-        log->Note(t.key + ": in shard " + shard + " but not in the weight_map; included");
+        log->Note(QuoteKey(t.key) + ": in shard " + shard + " but not in the weight_map; included");
       } else if (kf->second != shard) {
-        return Status::Corruption(index_path + ": weight_map puts \"" + t.key + "\" in " +
+        return Status::Corruption(index_path + ": weight_map puts " + QuoteKey(t.key) + " in " +
                                   kf->second + " but it is in " + shard);
       }
     }
@@ -365,8 +366,8 @@ Result<Node> ReadSafetensorsSharded(const std::string& path,
   auto add = [&](const std::string& key) -> Status {
     auto it = found.find(key);
     if (it == found.end()) {
-      return Status::Corruption(index_path + ": tensor \"" + key + "\" is listed in the weight_map "
-                                "but missing from " + key_file[key]);
+      return Status::Corruption(index_path + ": tensor " + QuoteKey(key) +
+                                " is listed in the weight_map but missing from " + key_file[key]);
     }
     if (!placed.insert(key).second) return Status::OK();
     Node n;

@@ -18,6 +18,15 @@ uint64_t TensorSource::nbytes() const {
   return n * DTypeSize(dtype);
 }
 
+std::string QuoteKey(std::string_view key) {
+  constexpr size_t kMaxQuoted = 200;
+  if (key.size() <= kMaxQuoted) return "\"" + std::string(key) + "\"";
+  size_t cut = kMaxQuoted;
+  while (cut > 0 && (uint8_t(key[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
+  return "\"" + std::string(key.substr(0, cut)) + "...\" (" + std::to_string(key.size()) +
+         " bytes)";
+}
+
 std::string JoinKey(const std::string& parent, const std::string& child) {
   return parent.empty() ? child : parent + "." + child;
 }

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -165,5 +166,10 @@ uint64_t TreeBytes(const Node& n);
 
 // The dotted name of a path below the root for messages.
 std::string JoinKey(const std::string& parent, const std::string& child);
+
+// `key` in double quotes for a message, cut after its first 200 bytes (at
+// a UTF-8 character boundary) with its length noted: hostile inputs carry
+// keys of megabytes, and a message that quotes one whole is no message.
+std::string QuoteKey(std::string_view key);
 
 }  // namespace ckfmt::convert
