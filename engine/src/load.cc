@@ -182,6 +182,9 @@ Result<LoadReport> LoadImpl(CheckpointReader::Impl& r, Value* sd, const LoadOpti
     has_created_child.insert(KeyPath(e->path.begin(), e->path.end() - 1));
   }
   std::vector<const EntryRecord*> reads;
+  // Reconstructed host tensors are fresh memory that the reads fill whole:
+  // a worker faults their pages in meanwhile (see prefault.h).
+  std::vector<std::pair<uint8_t*, size_t>> fresh_memory;
   for (const EntryRecord* e : plan.create) {
     Value fresh;
     if (e->kind == EntryKind::kTensor) {
@@ -192,6 +195,9 @@ Result<LoadReport> LoadImpl(CheckpointReader::Impl& r, Value* sd, const LoadOpti
         return Status::InvalidArgument(file + ": the allocator returned " + Describe(Value(*t)) +
                                        " for " + FormatKeyPath(e->path) + ", which needs " +
                                        Describe(*e));
+      }
+      if (t->device().type == DeviceType::kCPU && t->nbytes() >= kMinPrefaultBytes) {
+        fresh_memory.emplace_back(static_cast<uint8_t*>(t->data()), t->nbytes());
       }
       fresh = Value(std::move(*t));
     } else if (e->kind == EntryKind::kBytes) {
@@ -212,16 +218,6 @@ Result<LoadReport> LoadImpl(CheckpointReader::Impl& r, Value* sd, const LoadOpti
       reads.push_back(e);
     } else {
       *sd->Find(e->path) = ScalarValue(*e);
-    }
-  }
-  // Reconstructed host tensors are fresh memory that the reads fill whole:
-  // a worker faults their pages in meanwhile (see prefault.h).
-  std::vector<std::pair<uint8_t*, size_t>> fresh_memory;
-  for (const EntryRecord* e : plan.create) {
-    if (e->kind != EntryKind::kTensor) continue;
-    const Tensor& t = sd->Find(e->path)->as_tensor();
-    if (t.device().type == DeviceType::kCPU && t.nbytes() >= kMinPrefaultBytes) {
-      fresh_memory.emplace_back(static_cast<uint8_t*>(t.data()), t.nbytes());
     }
   }
   BackgroundPrefault prefault(r.pool, std::move(fresh_memory));

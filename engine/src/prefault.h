@@ -13,6 +13,9 @@
 
 namespace ckfmt {
 
+// Smaller fresh tensors are not worth it: the reads fault them in.
+inline constexpr uint64_t kMinPrefaultBytes = uint64_t{1} << 20;
+
 // Faults in the pages of `ranges` - fresh memory that reads are about to
 // fill whole, in the ranges' order - on a worker of `pool`, from the last
 // range backwards, so that it and the reads meet without repeating each
@@ -29,9 +32,6 @@ namespace ckfmt {
 // Does nothing where the kernel cannot populate pages without writing them
 // (MADV_POPULATE_WRITE, Linux 5.14): the reads may write them meanwhile.
 // Nor where `pool` has no worker.
-// Smaller fresh tensors are not worth it: the reads fault them in.
-inline constexpr uint64_t kMinPrefaultBytes = uint64_t{1} << 20;
-
 class BackgroundPrefault {
  public:
   BackgroundPrefault(ThreadPool& pool, std::vector<std::pair<uint8_t*, size_t>> ranges);
