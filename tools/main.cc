@@ -3,6 +3,7 @@
 // Exit codes: 0 success, 1 a file is invalid or corrupt, 2 usage error or
 // a file that could not be opened or read.
 #include <iostream>
+#include <new>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -78,8 +79,14 @@ int main(int argc, char** argv) {
     return code == 0 ? kExitOk : kExitError;
   }
 
-  if (*inspect_cmd) return RunInspect(inspect, std::cout, std::cerr);
-  if (*verify_cmd) return RunVerify(verify, std::cout, std::cerr);
-  if (*convert_cmd) return RunConvert(conv, std::cout, std::cerr);
+  // The library reports failures as Status; this is the last guard, so that
+  // an allocation the machine refuses ends in a message, not an abort.
+  try {
+    if (*inspect_cmd) return RunInspect(inspect, std::cout, std::cerr);
+    if (*verify_cmd) return RunVerify(verify, std::cout, std::cerr);
+    if (*convert_cmd) return RunConvert(conv, std::cout, std::cerr);
+  } catch (const std::bad_alloc&) {
+    std::cerr << "ckfmt: out of memory\n";
+  }
   return kExitError;
 }

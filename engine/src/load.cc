@@ -10,6 +10,7 @@
 #include "ckfmt/cuda.h"
 #include "ckfmt/log.h"
 #include "device/device_ops.h"
+#include "host_memory.h"
 #include "prefault.h"
 #include "reader_impl.h"
 #include "scalar_value.h"
@@ -165,6 +166,19 @@ Result<LoadReport> LoadImpl(CheckpointReader::Impl& r, Value* sd, const LoadOpti
     CKFMT_RETURN_IF_ERROR(usable(o.reconstruct_device, e->path));
     break;
   }
+  // The sizes come from the file: refuse what this machine could never hold
+  // before allocating any of it.
+  HostMemoryNeed need;
+  for (const EntryRecord* e : plan.create) {
+    const bool host_tensor =
+        e->kind == EntryKind::kTensor && o.reconstruct_device.type == DeviceType::kCPU;
+    const bool host = e->kind == EntryKind::kBytes || host_tensor;
+    if (host) need.Add(e->path, e->ByteSize());
+  }
+  for (const EntryRecord* e : plan.in_place) {
+    if (e->kind == EntryKind::kBytes) need.Add(e->path, e->ByteSize());
+  }
+  CKFMT_RETURN_IF_ERROR(need.Check(file));
   if (!report.missing.empty() && o.missing == MissingPolicy::kWarn) {
     Log(LogLevel::kWarning, file + ": not in the file, left as they are: " + JoinPaths(report.missing));
   }
@@ -201,7 +215,10 @@ Result<LoadReport> LoadImpl(CheckpointReader::Impl& r, Value* sd, const LoadOpti
       }
       fresh = Value(std::move(*t));
     } else if (e->kind == EntryKind::kBytes) {
-      fresh = Value(Bytes{e->content_type, std::string(e->shape[0], '\0')});
+      Bytes b{e->content_type, {}};
+      CKFMT_RETURN_IF_ERROR(ResizeOrFail(&b.data, e->ByteSize())
+                                .WithContext(file + ": allocating " + FormatKeyPath(e->path)));
+      fresh = Value(std::move(b));
     } else {
       fresh = ScalarValue(*e);
     }
@@ -230,7 +247,8 @@ Result<LoadReport> LoadImpl(CheckpointReader::Impl& r, Value* sd, const LoadOpti
     } else {
       Bytes& b = v->as_bytes();
       b.content_type = e->content_type;
-      b.data.resize(e->shape[0]);
+      CKFMT_RETURN_IF_ERROR(ResizeOrFail(&b.data, e->ByteSize())
+                                .WithContext(file + ": allocating " + FormatKeyPath(e->path)));
       targets.push_back({e, Region::Whole(e->shape), reinterpret_cast<uint8_t*>(b.data.data())});
     }
   }

@@ -9,6 +9,7 @@
 #include "file_io.h"
 #include "pickle_writer.h"
 #include "unpickler.h"
+#include "util/raw_file.h"
 #include "zip_writer.h"
 
 namespace ckfmt::convert::testing {
@@ -371,6 +372,22 @@ TEST(Refusal, DestinationFormatMustBeKnown) {
   ConvertOptions o;
   o.to = Format::kCkfmt;
   EXPECT_TRUE(ConvertStatus(Fixture("mlp_adamw.pt"), dir + "/out.xyz", o).ok());
+}
+
+TEST(Refusal, CkfmtBytesEntryLargerThanMemory) {
+  // Compressed chunks decode to up to 1 GiB each: a 4 MiB file can declare
+  // a 1 TiB bytes entry, which convert reads whole. It used to abort on
+  // std::bad_alloc.
+  std::string dir = MakeTempDir("hugebytes");
+  ckfmt_test::RawFileBuilder b;
+  IndexRecord idx = ckfmt_test::DeclareHugeEntries(b, 1, 1024, EntryKind::kBytes, "blob");
+  const std::string src = dir + "/huge.ckfmt";
+  WriteFile(src, b.Build(idx));
+  Status s = ConvertStatus(src, dir + "/out.pt");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
+  EXPECT_NE(s.message().find(src), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("blob"), std::string::npos) << s.ToString();
 }
 
 }  // namespace

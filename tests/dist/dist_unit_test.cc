@@ -18,6 +18,8 @@
 #include "ckfmt/verify.h"
 #include "ckfmt/writer.h"
 #include "dist_test_util.h"
+#include "util/file_util.h"
+#include "util/raw_file.h"
 
 namespace {
 
@@ -290,6 +292,29 @@ TEST(LoadSharded, FailedLoadLeavesTheDictUnchanged) {
   ASSERT_FALSE(report.ok());
   EXPECT_EQ(report.status().code(), StatusCode::kMismatch);
   EXPECT_EQ(target.as_dict().size(), 1u);
+}
+
+TEST(LoadSharded, ShardsBeyondTheMachineAreRefusedBeforeAllocating) {
+  // A 16 MiB file of compressed chunks declaring 256 tensors of 16 GiB: even
+  // this rank's halves, 2 TiB together, are refused before any is made.
+  TempDir dir;
+  ckfmt_test::RawFileBuilder b;
+  IndexRecord idx = ckfmt_test::DeclareHugeEntries(b, 256, 16, EntryKind::kTensor);
+  const std::string path = dir.File("huge");
+  ckfmt_test::WriteFileBytes(path, b.Build(idx));
+  auto reader = CheckpointReader::Open(path);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  Value target{Dict{}};
+  ShardedLoadOptions o;
+  o.layout = [](const KeyPath&, const Shape& shape) -> std::optional<Region> {
+    return Region::Box({0}, {shape[0] / 2});
+  };
+  auto report = LoadSharded(**reader, &target, o);
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), StatusCode::kIOError) << report.status().ToString();
+  EXPECT_NE(report.status().message().find("host memory"), std::string::npos)
+      << report.status().message();
+  EXPECT_TRUE(target.as_dict().empty());
 }
 
 }  // namespace

@@ -544,4 +544,46 @@ TEST_F(RawFileTest, UnknownCodecIsUnsupportedOnlyForThatChunk) {
   EXPECT_TRUE(unsupported) << "unknown codec not reported as unsupported";
 }
 
+// Compressed chunks decode to up to 1 GiB each, so a small file can declare
+// entries far larger than itself. Sizes no machine of this size could hold
+// are refused before anything is allocated, naming the file and the entry,
+// and the caller's dict is left as it was.
+void ExpectRefusedForMemory(const Result<LoadReport>& r, const std::string& path) {
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kIOError) << r.status().ToString();
+  EXPECT_NE(r.status().message().find(path), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("host memory"), std::string::npos) << r.status().message();
+  EXPECT_TRUE(MentionsPath(r.status().message(), {"e0"})) << r.status().message();
+}
+
+TEST_F(RawFileTest, TerabyteBytesEntryIsRefusedBeforeAllocating) {
+  // One 1 TiB bytes entry in a 4 MiB file: used to end in std::bad_alloc.
+  RawFileBuilder b;
+  const std::string path = Write(DeclareHugeEntries(b, 1, 1024, EntryKind::kBytes), b);
+  auto reader = CheckpointReader::Open(path);
+  CKFMT_ASSERT_OK(reader);
+  Value fresh = Dict{};
+  ExpectRefusedForMemory((*reader)->Load(&fresh), path);
+  EXPECT_TRUE(fresh.as_dict().empty());
+  // The caller's own bytes entry would be resized to the declared size.
+  Value has = Dict{};
+  has.as_dict().Set("e0", Value(Bytes{"", "abc"}));
+  ExpectRefusedForMemory((*reader)->Load(&has), path);
+  EXPECT_EQ(has.Find({"e0"})->as_bytes().data, "abc");
+}
+
+TEST_F(RawFileTest, TensorsTogetherBeyondTheMachineAreRefused) {
+  // 256 tensors of 16 GiB: each alone may pass the kernel's overcommit
+  // check; together they are 4 TiB, and filling them would get the process
+  // killed.
+  RawFileBuilder b;
+  const std::string path = Write(DeclareHugeEntries(b, 256, 16, EntryKind::kTensor), b);
+  Value sd = Dict{};
+  auto r = ckfmt::Load(path, &sd);
+  ExpectRefusedForMemory(r, path);
+  EXPECT_NE(r.status().message().find("for 256 entries"), std::string::npos)
+      << r.status().message();
+  EXPECT_TRUE(sd.as_dict().empty());
+}
+
 }  // namespace

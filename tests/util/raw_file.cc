@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "ckfmt/checksum.h"
+#include "ckfmt/codec.h"
 
 namespace ckfmt_test {
 
@@ -80,6 +81,25 @@ EntryRecord ContainerEntry(const KeyPath& path, EntryKind kind) {
   e.path = path;
   e.kind = kind;
   return e;
+}
+
+ckfmt::IndexRecord DeclareHugeEntries(RawFileBuilder& b, int entries, int gib_each,
+                                      ckfmt::EntryKind kind, const std::string& prefix) {
+  ckfmt::IndexRecord idx;
+  const std::string garbage(100, 'z');
+  for (int i = 0; i < entries; ++i) {
+    ckfmt::EntryRecord e =
+        TensorEntry({prefix + std::to_string(i)}, ckfmt::DType::kU8, {uint64_t(gib_each) << 30});
+    e.kind = kind;
+    ckfmt::PieceRecord p;
+    p.region = ckfmt::Region::Whole(e.shape);
+    for (int c = 0; c < gib_each; ++c) {
+      p.chunks.push_back(b.AddChunk(garbage, uint64_t{1} << 30, uint8_t(ckfmt::Codec::kZstd)));
+    }
+    e.pieces.push_back(p);
+    idx.entries.push_back(e);
+  }
+  return idx;
 }
 
 }  // namespace ckfmt_test

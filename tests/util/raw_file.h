@@ -55,4 +55,11 @@ ckfmt::EntryRecord TensorEntry(const ckfmt::KeyPath& path, ckfmt::DType dtype,
                                const ckfmt::Shape& shape);
 ckfmt::EntryRecord ContainerEntry(const ckfmt::KeyPath& path, ckfmt::EntryKind kind);
 
+// `entries` u8 entries of `kind` (tensor or bytes), keys <prefix>0, <prefix>1,
+// ..., each declaring `gib_each` GiB in 1 GiB zstd chunks whose stored bytes
+// are 100 bytes of garbage: a file of a few MiB that declares far more than
+// any machine holds (and never decodes).
+ckfmt::IndexRecord DeclareHugeEntries(RawFileBuilder& b, int entries, int gib_each,
+                                      ckfmt::EntryKind kind, const std::string& prefix = "e");
+
 }  // namespace ckfmt_test

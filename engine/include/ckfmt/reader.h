@@ -83,9 +83,14 @@ class CheckpointReader {
   Result<Tensor> ReadTensor(const KeyPath& path, const Allocator& allocator = {});
 
   // A refusal found before data is read (kinds, dtypes, shapes, policies)
-  // leaves `state_dict` unchanged. A failure while reading data (I/O,
-  // corruption) leaves reconstructed entries inserted and the tensors being
-  // filled in place holding any mix of old and new bytes.
+  // leaves `state_dict` unchanged. So does one for memory: the host memory
+  // for what the load creates (reconstructed entries, bytes entries resized
+  // to the file's size) is summed first, and more than this machine's
+  // memory (or its cgroup's limit) plus swap is refused with kIOError, as a
+  // small file whose compressed chunks declare terabytes would need.
+  // A failure while reading data (I/O, corruption) leaves reconstructed
+  // entries inserted and the tensors being filled in place holding any mix
+  // of old and new bytes.
   Result<LoadReport> Load(Value* state_dict, const LoadOptions& options = {});
 
   class Impl;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <set>
 
+#include "host_memory.h"
+
 namespace ckfmt::dist {
 namespace {
 
@@ -28,8 +30,9 @@ void Rollback(Value* sd, const std::vector<KeyPath>& created) {
 }
 
 // A placeholder of the entry's kind that Load fills or assigns in place.
+// `need` sums what the shards made so far take, refused beyond the machine.
 Result<Value> Fresh(const EntryRecord& e, const ShardedLoadOptions& o, const Allocator& alloc,
-                    const std::string& file) {
+                    const std::string& file, HostMemoryNeed* need) {
   switch (e.kind) {
     case EntryKind::kDict: return Value(Dict{});
     case EntryKind::kList: return Value(List{});
@@ -49,6 +52,8 @@ Result<Value> Fresh(const EntryRecord& e, const ShardedLoadOptions& o, const All
     }
   }
   Shape shape = region ? LocalShape(*region) : e.shape;
+  need->Add(e.path, region ? region->NumElements() * DTypeSize(e.dtype) : e.ByteSize());
+  CKFMT_RETURN_IF_ERROR(need->Check(file));
   auto t = alloc(e.dtype, shape, e.path, Device{});
   if (!t.ok()) return t.status().WithContext(where + ": allocating");
   if (t->dtype() != e.dtype || t->shape() != shape || (t->numel() && !t->data()) ||
@@ -70,9 +75,10 @@ Result<LoadReport> LoadSharded(CheckpointReader& reader, Value* sd,
   std::vector<KeyPath> created;
   if (lo.unexpected == UnexpectedPolicy::kReconstruct && options.layout) {
     Allocator alloc = lo.allocator ? lo.allocator : HostAllocator();
+    HostMemoryNeed need;
     for (const EntryRecord& e : reader.index().entries) {
       if (!Selected(lo, e.path) || sd->Find(e.path)) continue;
-      auto v = Fresh(e, options, alloc, file);
+      auto v = Fresh(e, options, alloc, file, &need);
       Status s = v.ok() ? InsertAtPath(sd, e.path, std::move(*v)).WithContext(file) : v.status();
       if (!s.ok()) {
         Rollback(sd, created);

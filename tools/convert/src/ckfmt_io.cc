@@ -1,6 +1,7 @@
 // ckfmt as a source (through CheckpointReader) and as a sink (through the
 // streaming CheckpointWriter).
 #include <map>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 
 #include "ckfmt/reader.h"
@@ -198,7 +199,12 @@ Result<Node> ReadCkfmt(const std::string& path, ConvertLog* log,
         n.kind = Node::Kind::kBytes;
         n.content_type = e.content_type;
         if (e.partial) return Status::Unsupported(path + ": partial bytes entry " + FormatKeyPath(e.path));
-        n.s.resize(e.ByteSize());
+        try {
+          n.s.resize(e.ByteSize());
+        } catch (const std::exception&) {  // the size comes from the file
+          return Status::IOError(path + ": cannot allocate " + std::to_string(e.ByteSize()) +
+                                 " bytes for " + FormatKeyPath(e.path));
+        }
         CKFMT_RETURN_IF_ERROR(reader->ReadRegion(e.path, Region::Whole(e.shape), n.s.data()));
         break;
       }
