@@ -273,6 +273,20 @@ std::vector<uint64_t> TensorHashes(const Layout& L, const Buffers& b) {
   return h;
 }
 
+// Whether every tensor of `want` is in `got` at the same path with the same
+// bytes (got may hold more).
+bool SameTensors(const ckfmt::Value& want, const ckfmt::Value& got) {
+  bool same = true;
+  ckfmt::VisitValues(want, [&](const ckfmt::KeyPath& path, const ckfmt::Value& v) {
+    if (!v.is_tensor() || !same) return;
+    const ckfmt::Value* g = got.Find(path);
+    const ckfmt::Tensor& a = v.as_tensor();
+    same = g && g->is_tensor() && g->as_tensor().nbytes() == a.nbytes() &&
+           ckfmt::Checksum(g->as_tensor().data(), a.nbytes()) == ckfmt::Checksum(a.data(), a.nbytes());
+  });
+  return same;
+}
+
 void Poison(const Layout& L, Buffers* b) {
   for (size_t i = 0; i < L.params.size(); ++i) {
     const uint64_t n = Numel(L.params[i].shape);
@@ -511,6 +525,10 @@ int main(int argc, char** argv) {
   Series mcp{"memcpy of the state (1 thread)"};
   Series async_blocked{"async save, caller blocked (state / time)"};
   Series warm_load{"ckfmt load (none, page cache warm)"};
+  // A resume in a fresh process: the state dict holds nothing yet, so the
+  // load allocates every tensor, whose pages the reads fault in first.
+  Series fresh_load{"ckfmt load (none, reconstructing all)"};
+  Series fresh_raw_read{"raw read of the none file, next to it"};
   struct CodecRows {
     ckfmt::Codec codec;
     Series save, load;
@@ -601,6 +619,23 @@ int main(int argc, char** argv) {
     }
     std::printf("  run %d: %-36s %6.3f GiB/s  (%.2f s, open+index %.1f ms, verified)\n", run,
                 s.name.c_str(), s.gibs.back(), secs, open_ms.back());
+  };
+
+  // Loads into an empty state dict: every entry is reconstructed in fresh
+  // memory, as when a trainer resumes before its optimizer has state.
+  auto do_fresh_load = [&](const std::string& path, Series& s, int run) {
+    DropCache(path);
+    ckfmt::Value into = ckfmt::Dict{};
+    OpMeter meter(args.dir);
+    ckfmt::ReadOptions ro;
+    ro.io = args.io;
+    auto rep = ckfmt::Load(path, &into, {}, ro);
+    const double secs = meter.Stop(s);
+    if (!rep.ok()) Die("Load " + path + ": " + rep.status().ToString());
+    s.gibs.push_back(double(logical) / kGiB / secs);
+    if (!SameTensors(state, into)) Die("reconstructed tensors differ from the saved ones");
+    std::printf("  run %d: %-36s %6.3f GiB/s  (%.2f s, %zu entries reconstructed, verified)\n",
+                run, s.name.c_str(), s.gibs.back(), secs, rep->reconstructed.size());
   };
 
   // The first write after a spell of reads runs up to 25% slower on this
@@ -714,7 +749,13 @@ int main(int argc, char** argv) {
       do_raw_read(path, cr.raw_read, run);
       if (run % 2 == 1) do_load(path, cr.load, run);
       do_verify(path, cr, run);
-      if (cr.codec == ckfmt::Codec::kNone && !args.one_copy) do_load(path, warm_load, run, true);
+      if (cr.codec == ckfmt::Codec::kNone && !args.one_copy) {
+        do_load(path, warm_load, run, true);
+        // Alternating with its raw read, as the in-place load does.
+        if (run % 2 == 0) do_fresh_load(path, fresh_load, run);
+        do_raw_read(path, fresh_raw_read, run);
+        if (run % 2 == 1) do_fresh_load(path, fresh_load, run);
+      }
       if (!args.keep) RemoveAndSettle(path);
       std::fflush(stdout);
     }
@@ -760,6 +801,8 @@ int main(int argc, char** argv) {
   row(mcp, nullptr);
   row(async_blocked, &mcp);
   row(warm_load, &mcp);
+  row(fresh_raw_read, nullptr);
+  row(fresh_load, &fresh_raw_read);
   for (const CodecRows& cr : rows) {
     row(cr.raw_write, nullptr);
     row(cr.save, &cr.raw_write);
@@ -809,6 +852,9 @@ int main(int argc, char** argv) {
     kv("async_blocked_vs_memcpy=%.2f", mcp.Median() / async_blocked.Median());
   }
   if (!warm_load.gibs.empty()) kv("warm_load_vs_memcpy=%.2f", warm_load.Median() / mcp.Median());
+  if (!fresh_load.gibs.empty()) {
+    kv("fresh_load_none_paired=%.2f", paired(fresh_load, fresh_raw_read));
+  }
   double save_rss = 0, load_rss = 0;
   for (const CodecRows& cr : rows) {
     const std::string k = KeyName(cr.codec);
