@@ -208,7 +208,7 @@ TEST(Refusal, StorageRecordTooSmallForTheView) {
   WriteTorchZip(dir + "/v.pt", pk, {{"0", std::string(8, '\0')}});
   Status s = ConvertStatus(dir + "/v.pt", dir + "/out.ckfmt");
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("tensor t"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("tensor \"t\""), std::string::npos) << s.ToString();
   // A storage record shorter than the pickle declares.
   WriteTorchZip(dir + "/w.pt", pk, {{"0", std::string(4, '\0')}});
   s = ConvertStatus(dir + "/w.pt", dir + "/out.ckfmt");
@@ -279,6 +279,35 @@ TEST(Refusal, LongKeysAreQuotedShort) {
             std::string::npos) << s.message();
   EXPECT_NE(s.message().find("unknown dtype \"F4\""), std::string::npos) << s.message();
   EXPECT_TRUE(IsValidUtf8(s.message())) << "cut inside a character";
+}
+
+// Keys from a pickle are quoted short too: here a 1 MiB dict key whose
+// value holds two keys that both read as "1" ({key: {1: 0, "1": 0}}).
+TEST(Refusal, LongPickleKeysAreQuotedShort) {
+  std::string dir = MakeTempDir("pklong");
+  const std::string key = "k" + std::string(1 << 20, 'x');
+  PickleWriter w(2);
+  w.EmptyDict();
+  w.Mark();
+  w.Str(key);
+  w.EmptyDict();
+  w.Mark();
+  w.Int(1);
+  w.Int(0);
+  w.Str("1");
+  w.Int(0);
+  w.SetItems();
+  w.SetItems();
+  w.Stop();
+  const std::string pt = dir + "/long.pt";
+  WriteTorchZip(pt, w.Take());
+  Status s = ConvertStatus(pt, dir + "/out.ckfmt");
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.ToString().substr(0, 500);
+  EXPECT_LT(s.message().size(), 1000u);
+  EXPECT_NE(s.message().find("\"kxxx"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("...\" (" + std::to_string(key.size()) + " bytes)"),
+            std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("two keys read as \"1\""), std::string::npos) << s.message();
 }
 
 // Keys must be UTF-8 in ckfmt and safetensors; a pickle's need not be (a

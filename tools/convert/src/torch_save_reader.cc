@@ -130,7 +130,7 @@ Result<Node> ReadTorchZip(std::shared_ptr<ZipArchive> zip, const TorchReadOption
     const py::Storage& st = *t.storage->storage;
     std::string name = prefix + "data/" + st.key;
     const ZipRecord* rec = zip->Find(name);
-    std::string where = zip->label() + ": tensor " + (key.empty() ? "<root>" : key);
+    std::string where = zip->label() + ": tensor " + KeyForMessage(key);
     if (!rec) return Status::Corruption(where + ": storage record " + name + " is missing");
     uint64_t declared = st.numel * (st.untyped ? 1 : DTypeSize(st.dtype));
     if (rec->size != declared) {
@@ -284,7 +284,7 @@ Result<Node> ReadTorchLegacy(std::shared_ptr<InputFile> file, const TorchReadOpt
   to.make_tensor = [&](const py::TensorRef& t,
                        const std::string& key) -> Result<std::shared_ptr<TensorSource>> {
     const py::Storage& st = *t.storage->storage;
-    std::string where = path + ": tensor " + (key.empty() ? "<root>" : key);
+    std::string where = path + ": tensor " + KeyForMessage(key);
     auto it = locs.find(st.key);
     if (it == locs.end()) {
       return Status::Corruption(where + ": storage " + st.key + " is not in the storage list");

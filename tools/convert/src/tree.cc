@@ -27,6 +27,10 @@ std::string QuoteKey(std::string_view key) {
          " bytes)";
 }
 
+std::string KeyForMessage(const std::string& key) {
+  return key.empty() ? "<root>" : QuoteKey(key);
+}
+
 std::string JoinKey(const std::string& parent, const std::string& child) {
   return parent.empty() ? child : parent + "." + child;
 }
@@ -296,7 +300,7 @@ std::string KeyToString(const py::Object& k, bool* was_int, std::string* note) {
 
 Result<Node> Convert(const py::Ref& o, Ctx& c, const std::string& key, int depth) {
   if (depth > kMaxTreeDepth) {
-    return Status::Unsupported(c.opts.where + ": " + key + ": nesting deeper than " +
+    return Status::Unsupported(c.opts.where + ": " + KeyForMessage(key) + ": nesting deeper than " +
                                std::to_string(kMaxTreeDepth) + " levels");
   }
   if (++c.nodes > kMaxNodes) {
@@ -318,7 +322,7 @@ Result<Node> Convert(const py::Ref& o, Ctx& c, const std::string& key, int depth
         n.s += hex[uint8_t(o->s[i]) >> 4];
         n.s += hex[uint8_t(o->s[i]) & 15];
       }
-      c.log->Note(key + ": integer beyond 64 bits stored as the string of its two's "
+      c.log->Note(KeyForMessage(key) + ": integer beyond 64 bits stored as the string of its two's "
                   "complement bytes (" + n.s + ")");
       return n;
     }
@@ -332,7 +336,7 @@ Result<Node> Convert(const py::Ref& o, Ctx& c, const std::string& key, int depth
     case py::Kind::kSet: {
       n = Node::List();
       n.is_tuple = o->kind == py::Kind::kTuple;
-      if (o->kind == py::Kind::kSet) c.log->Note(key + ": set stored as a list");
+      if (o->kind == py::Kind::kSet) c.log->Note(KeyForMessage(key) + ": set stored as a list");
       for (size_t i = 0; i < o->items.size(); ++i) {
         CKFMT_ASSIGN_OR_RETURN(Node child,
                                Convert(o->items[i], c, JoinKey(key, std::to_string(i)), depth + 1));
@@ -349,10 +353,13 @@ Result<Node> Convert(const py::Ref& o, Ctx& c, const std::string& key, int depth
         std::string note;
         std::string ks = KeyToString(*k, &was_int, &note);
         all_int = all_int && was_int;
-        if (!note.empty()) c.log->Note(JoinKey(key, ks) + ": " + note + " stored as a string");
+        if (!note.empty()) {
+          c.log->Note(KeyForMessage(JoinKey(key, ks)) + ": " + note + " stored as a string");
+        }
         if (!seen.emplace(ks, true).second) {
-          return Status::Unsupported(c.opts.where + ": " + key + ": two keys read as \"" + ks +
-                                     "\" once converted to strings");
+          return Status::Unsupported(c.opts.where + ": " + KeyForMessage(key) +
+                                     ": two keys read as " + QuoteKey(ks) +
+                                     " once converted to strings");
         }
         CKFMT_ASSIGN_OR_RETURN(Node child, Convert(v, c, JoinKey(key, ks), depth + 1));
         n.children.emplace_back(std::move(ks), std::move(child));
@@ -373,14 +380,14 @@ Result<Node> Convert(const py::Ref& o, Ctx& c, const std::string& key, int depth
       t.stride = {1};
       n.kind = Node::Kind::kTensor;
       CKFMT_ASSIGN_OR_RETURN(n.tensor, c.opts.make_tensor(t, key));
-      c.log->Note(key + ": a bare storage stored as a 1-d tensor");
+      c.log->Note(KeyForMessage(key) + ": a bare storage stored as a 1-d tensor");
       return n;
     }
     case py::Kind::kGlobal:
       if (!o->disallowed) {
         n.kind = Node::Kind::kStr;
         n.s = o->GlobalName();
-        c.log->Note(key + ": " + n.s + " stored as the string \"" + n.s + "\"");
+        c.log->Note(KeyForMessage(key) + ": " + n.s + " stored as the string \"" + n.s + "\"");
         return n;
       }
       [[fallthrough]];
@@ -388,13 +395,15 @@ Result<Node> Convert(const py::Ref& o, Ctx& c, const std::string& key, int depth
       std::string name;
       py::ContainsDisallowed(*o, &name);
       if (!c.opts.allow_opaque) {
-        return Status::Unsupported(c.opts.where + ": " + key + ": refusing pickle global " + name);
+        return Status::Unsupported(c.opts.where + ": " + KeyForMessage(key) +
+                                   ": refusing pickle global " + name);
       }
-      CKFMT_ASSIGN_OR_RETURN(std::string bytes, RepickleObject(*o, c.opts.where + ": " + key));
+      CKFMT_ASSIGN_OR_RETURN(std::string bytes,
+                             RepickleObject(*o, c.opts.where + ": " + KeyForMessage(key)));
       n.kind = Node::Kind::kBytes;
       n.content_type = "pickle";
       n.s = std::move(bytes);
-      c.log->Note(key + ": object using " + name +
+      c.log->Note(KeyForMessage(key) + ": object using " + name +
                   " carried as opaque pickle bytes (content_type \"pickle\"), not executed");
       return n;
     }
@@ -407,7 +416,8 @@ Result<Node> Convert(const py::Ref& o, Ctx& c, const std::string& key, int depth
           n.children.emplace_back(k->s, std::move(child));
         }
       }
-      c.log->Note(key + ": instance of " + o->GlobalName() + " stored as a dict of its fields");
+      c.log->Note(KeyForMessage(key) + ": instance of " + o->GlobalName() +
+                  " stored as a dict of its fields");
       return n;
     }
   }
@@ -433,19 +443,23 @@ namespace {
 
 Status CheckSubtree(const Node& n, const std::string& where, const std::string& key, int depth) {
   if (depth > kMaxTreeDepth) {
-    return Status::Unsupported(where + ": " + key + ": nesting deeper than " +
+    return Status::Unsupported(where + ": " + KeyForMessage(key) + ": nesting deeper than " +
                                std::to_string(kMaxTreeDepth) + " levels");
   }
   auto not_utf8 = [&](const std::string& what) {
     return Status::Corruption(where + ": " + what + " is not valid UTF-8, which ckfmt and "
                               "safetensors require of their strings");
   };
-  if (n.kind == Node::Kind::kStr && !IsValidUtf8(n.s)) return not_utf8("the string at " + key);
+  if (n.kind == Node::Kind::kStr && !IsValidUtf8(n.s)) {
+    return not_utf8("the string at " + KeyForMessage(key));
+  }
   if (n.kind == Node::Kind::kBytes && !IsValidUtf8(n.content_type)) {
-    return not_utf8("the content type at " + key);
+    return not_utf8("the content type at " + KeyForMessage(key));
   }
   for (const auto& [k, child] : n.children) {
-    if (!IsValidUtf8(k)) return not_utf8("a key below " + (key.empty() ? "the root" : key));
+    if (!IsValidUtf8(k)) {
+      return not_utf8("a key below " + (key.empty() ? "the root" : QuoteKey(key)));
+    }
     CKFMT_RETURN_IF_ERROR(CheckSubtree(child, where, JoinKey(key, k), depth + 1));
   }
   return Status::OK();

@@ -171,5 +171,7 @@ std::string JoinKey(const std::string& parent, const std::string& child);
 // a UTF-8 character boundary) with its length noted: hostile inputs carry
 // keys of megabytes, and a message that quotes one whole is no message.
 std::string QuoteKey(std::string_view key);
+// A dotted key path for a message: QuoteKey(key), or <root> when empty.
+std::string KeyForMessage(const std::string& key);
 
 }  // namespace ckfmt::convert
