@@ -63,6 +63,7 @@ struct Object {
   Ref state;                          // kCall/kInstance: BUILD state
   std::shared_ptr<Storage> storage;   // kStorage
   std::shared_ptr<TensorRef> tensor;  // kTensor
+  uint8_t graph_mark = 0;             // CheckGraph's visit state (0 before it runs)
 
   std::string GlobalName() const { return s + "." + s2; }
   // kInstance: the attribute from a dict state, or nullptr.
@@ -92,7 +93,8 @@ inline constexpr int kMaxDepth = 1000;
 
 // OK if the graphs below `roots` are acyclic and no path in them holds
 // more than kMaxDepth objects; otherwise Unsupported, naming `where`.
-// Walks without recursion.
+// Walks without recursion. REQUIRES: the objects' graph_mark are 0 (as
+// made); they are left set.
 Status CheckGraph(const std::vector<Ref>& roots, const std::string& where);
 
 // Releases the graphs below `roots` without recursion, cycles included:
