@@ -42,6 +42,21 @@ TEST(Unpickler, Protocol0Text) {
   EXPECT_EQ(l.items[5]->i, 123456789012);
 }
 
+TEST(Unpickler, MemoIdsAreAnyU32) {
+  // 7 put at id 0xffffffff, 8 at 3 then replaced by 9; [get 0xffffffff,
+  // get 3] memoized by MEMOIZE at id 2 (the memo's size), then got back.
+  std::string p = B(
+      "\x80\x04" "K\x07" "r\xff\xff\xff\xff" "K\x08" "q\x03" "K\x09" "q\x03" "000"
+      "(" "j\xff\xff\xff\xff" "h\x03" "l" "\x94" "0" "h\x02" ".");
+  auto r = Load(p);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const py::Object& l = **r;
+  ASSERT_EQ(l.kind, py::Kind::kList);
+  ASSERT_EQ(l.items.size(), 2u);
+  EXPECT_EQ(l.items[0]->i, 7);
+  EXPECT_EQ(l.items[1]->i, 9);
+}
+
 TEST(Unpickler, Protocol4FramesMemoAndStackGlobal) {
   // pickle.dumps(collections.OrderedDict(a=b'\x00\xff', b=(1, -2, 3.0)), protocol=4)
   std::string p = B(

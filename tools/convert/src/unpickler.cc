@@ -169,6 +169,43 @@ std::optional<uint32_t> ParseHex(std::string_view s) {
   return v;
 }
 
+// The pickle memo. pickle and torch number its entries 0, 1, 2, ...:
+// those go in a vector. An id far beyond the entries so far is legal but
+// written by no one: it goes in a map, so that a hostile id costs nothing.
+class MemoTable {
+ public:
+  void Put(uint64_t id, Ref r) {
+    if (id >= dense_.size() && id <= 2 * count_ + 1024) dense_.resize(id + 1);
+    if (id < dense_.size()) {
+      const bool fresh = !dense_[id] && (sparse_.empty() || !sparse_.erase(id));
+      count_ += fresh;
+      dense_[id] = std::move(r);
+    } else {
+      count_ += sparse_.insert_or_assign(id, std::move(r)).second;
+    }
+  }
+  const Ref* Find(uint64_t id) const {
+    if (id < dense_.size() && dense_[id]) return &dense_[id];
+    auto it = sparse_.find(id);
+    return it == sparse_.end() ? nullptr : &it->second;
+  }
+  size_t size() const { return count_; }  // distinct ids
+  void MoveAllTo(std::vector<Ref>* out) {
+    for (Ref& r : dense_) {
+      if (r) out->push_back(std::move(r));
+    }
+    for (auto& [id, r] : sparse_) out->push_back(std::move(r));
+    dense_.clear();
+    sparse_.clear();
+    count_ = 0;
+  }
+
+ private:
+  std::vector<Ref> dense_;
+  std::unordered_map<uint64_t, Ref> sparse_;
+  size_t count_ = 0;
+};
+
 class Unpickler {
  public:
   Unpickler(ByteSource& src, const UnpickleOptions& o) : src_(src), opts_(o) {}
@@ -176,9 +213,8 @@ class Unpickler {
   // Every object the unpickler still references (stack, memo, ...).
   std::vector<Ref> TakeObjects() {
     std::vector<Ref> all = std::move(stack_);
-    for (auto& [idx, r] : memo_) all.push_back(std::move(r));
+    memo_.MoveAllTo(&all);
     for (Ref& r : keepalive_) all.push_back(std::move(r));
-    memo_.clear();
     keepalive_.clear();
     return all;
   }
@@ -249,13 +285,13 @@ class Unpickler {
   }
   Status Memo(uint64_t idx) {
     CKFMT_ASSIGN_OR_RETURN(Ref * top, Top());
-    memo_[idx] = *top;
+    memo_.Put(idx, *top);
     return Status::OK();
   }
   Status Get(uint64_t idx) {
-    auto it = memo_.find(idx);
-    if (it == memo_.end()) return Err("memo key " + std::to_string(idx) + " is not defined");
-    return Push(it->second);
+    const Ref* r = memo_.Find(idx);
+    if (!r) return Err("memo key " + std::to_string(idx) + " is not defined");
+    return Push(*r);
   }
   Result<Ref> Global(const std::string& module, const std::string& name) {
     auto g = py::Make(Kind::kGlobal);
@@ -278,7 +314,7 @@ class Unpickler {
   const UnpickleOptions& opts_;
   std::vector<Ref> stack_;
   std::vector<size_t> marks_;
-  std::unordered_map<uint64_t, Ref> memo_;
+  MemoTable memo_;
   uint64_t op_pos_ = 0;
   // Dict key positions for Python's replace-on-duplicate semantics.
   std::unordered_map<const Object*, std::unordered_map<std::string, size_t>> dict_keys_;
