@@ -3,6 +3,8 @@
 # in one run. Makes its own venv (bench/compare/.venv) with torch and
 # safetensors from the Python package index; without them, says so and exits.
 # Then prints compression ratios on real trained weights (real_weights.py).
+# Then converts checkpoints of many small tensors beside torch's own tools
+# (many_tensors.py).
 #   bench/compare/run.sh [--dir DIR] [--size-gib 2] [--runs 5]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -28,3 +30,5 @@ for ((i = 1; i <= $#; i++)); do
 done
 "$venv/bin/python" "$here/real_weights.py" --lib "$build/engine/libckfmt.so" \
   --tool "$build/tools/ckfmt" "${dir_args[@]}"
+# Checkpoints of many small tensors: convert beside torch's own tools.
+"$venv/bin/python" "$here/many_tensors.py" --tool "$build/tools/ckfmt" "${dir_args[@]}"

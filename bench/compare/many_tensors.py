@@ -1,0 +1,118 @@
+"""Converting checkpoints of many small tensors: ckfmt convert against the
+same conversion done with torch's own tools, in one run.
+
+Two inputs, made here: a torch.distributed.checkpoint (DCP) directory of
+--dcp-tensors 4-element tensors (dcp.save, one process), and a safetensors
+repo of --st-tensors one-element tensors in --st-shards shards with a
+model.safetensors.index.json. Each is converted to one ckfmt file by
+`ckfmt convert` and, as the baseline, to one file by the library that
+reads it: torch's dcp_to_torch_save, and safetensors load_file of every
+shard then save_file of all tensors. Outputs are fsynced by both. Prints
+medians of --runs runs (min-max) and the baseline's time over ckfmt's.
+Costs here grow with the number of tensors, not bytes: this is what a
+many-expert model's checkpoint stresses.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+import warnings
+
+import torch
+
+warnings.filterwarnings("ignore")
+
+
+def fsync_file(p):
+    fd = os.open(p, os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+
+
+def make_dcp(path, n):
+    import torch.distributed.checkpoint as dcp
+    dcp.save({"model": {f"layers.{i}.w": torch.randn(4) for i in range(n)}}, checkpoint_id=path)
+
+
+def make_st_repo(path, n, shards):
+    from safetensors.torch import save_file
+    os.makedirs(path)
+    weight_map = {}
+    per = (n + shards - 1) // shards
+    for s in range(shards):
+        name = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        keys = [f"layers.{i}.w" for i in range(s * per, min(n, (s + 1) * per))]
+        save_file({k: torch.randn(1) for k in keys}, os.path.join(path, name))
+        weight_map.update({k: name for k in keys})
+    with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": dict(sorted(weight_map.items()))}, f)
+
+
+def torch_dcp_convert(src, dst):
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    dcp_to_torch_save(src, dst)
+    fsync_file(dst)
+
+
+def st_consolidate(src, dst):
+    from safetensors.torch import load_file, save_file
+    with open(os.path.join(src, "model.safetensors.index.json")) as f:
+        shards = sorted(set(json.load(f)["weight_map"].values()))
+    merged = {}
+    for s in shards:
+        merged.update(load_file(os.path.join(src, s)))
+    save_file(merged, dst)
+    fsync_file(dst)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tool", required=True, help="the ckfmt command-line tool")
+    ap.add_argument("--dir", default="")
+    ap.add_argument("--dcp-tensors", type=int, default=30000)
+    ap.add_argument("--st-tensors", type=int, default=90000)
+    ap.add_argument("--st-shards", type=int, default=100)
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="ckfmt-many-", dir=args.dir or None)
+    try:
+        dcp_dir, st_dir = os.path.join(work, "dcp"), os.path.join(work, "st")
+        make_dcp(dcp_dir, args.dcp_tensors)
+        make_st_repo(st_dir, args.st_tensors, args.st_shards)
+        cases = [
+            (f"DCP dir, {args.dcp_tensors} tensors", dcp_dir, "torch dcp_to_torch_save",
+             torch_dcp_convert, "out.pt"),
+            (f"safetensors repo, {args.st_tensors} tensors in {args.st_shards} shards", st_dir,
+             "safetensors load_file + save_file", st_consolidate, "out.safetensors"),
+        ]
+        print(f"many_tensors: torch {torch.__version__}, {args.runs} runs, dir {work}")
+        for what, src, base_name, base, base_out in cases:
+            times = {"ckfmt": [], "base": []}
+            for run in range(args.runs):
+                for who in (["ckfmt", "base"] if run % 2 == 0 else ["base", "ckfmt"]):
+                    out = os.path.join(work, "out.ckfmt" if who == "ckfmt" else base_out)
+                    if os.path.exists(out):
+                        os.unlink(out)
+                    t0 = time.perf_counter()
+                    if who == "ckfmt":
+                        subprocess.run([args.tool, "convert", src, out, "-q"], check=True)
+                    else:
+                        base(src, out)
+                    times[who].append(time.perf_counter() - t0)
+            med = {k: statistics.median(v) for k, v in times.items()}
+            print(f"{what}:")
+            print(f"  {'ckfmt convert':<34} {med['ckfmt']:7.2f} s ({min(times['ckfmt']):.2f}-"
+                  f"{max(times['ckfmt']):.2f})")
+            print(f"  {base_name:<34} {med['base']:7.2f} s ({min(times['base']):.2f}-"
+                  f"{max(times['base']):.2f})")
+            print(f"  ckfmt faster by {med['base'] / med['ckfmt']:.2f}x")
+    finally:
+        shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+    main()
