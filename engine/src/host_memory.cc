@@ -78,7 +78,10 @@ void HostMemoryNeed::Add(const KeyPath& path, uint64_t bytes) {
   if (bytes > largest_ || count_ == 1) largest_ = bytes, largest_path_ = path;
 }
 
-Status HostMemoryNeed::Check(const std::string& file, uint64_t limit) const {
+Status HostMemoryNeed::Check(const std::string& file) {
+  if (total_ == 0) return Status::OK();
+  if (limit_ == 0) limit_ = HostMemoryLimit();
+  const uint64_t limit = limit_;
   if (total_ <= limit) return Status::OK();
   std::string which = count_ == 1 ? " for " + FormatKeyPath(largest_path_)
                                   : " for " + std::to_string(count_) + " entries (the largest, " +

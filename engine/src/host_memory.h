@@ -21,13 +21,17 @@ uint64_t HostMemoryLimit();
 // process is killed when the reads fill them.
 class HostMemoryNeed {
  public:
+  // `limit` 0: HostMemoryLimit(), read at the first Check() with anything
+  // to check (so that loads creating nothing read no system files).
+  explicit HostMemoryNeed(uint64_t limit = 0) : limit_(limit) {}
   // Adds `bytes` for `path` (saturating).
   void Add(const KeyPath& path, uint64_t bytes);
-  // OK when the total fits `limit`; otherwise an IOError naming `file`, the
-  // total, the limit and the largest entry.
-  Status Check(const std::string& file, uint64_t limit = HostMemoryLimit()) const;
+  // OK when the total fits the limit; otherwise an IOError naming `file`,
+  // the total, the limit and the largest entry.
+  Status Check(const std::string& file);
 
  private:
+  uint64_t limit_;
   uint64_t total_ = 0, largest_ = 0;
   KeyPath largest_path_;
   size_t count_ = 0;

@@ -12,11 +12,13 @@ namespace {
 constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
 
 TEST(HostMemoryNeed, FitsUpToTheLimitExactly) {
-  HostMemoryNeed need;
-  need.Add({"a"}, 600);
-  need.Add({"b"}, 400);
-  EXPECT_TRUE(need.Check("f.ckfmt", 1000).ok());
-  Status s = need.Check("f.ckfmt", 999);
+  HostMemoryNeed fits(1000), over(999);
+  for (HostMemoryNeed* need : {&fits, &over}) {
+    need->Add({"a"}, 600);
+    need->Add({"b"}, 400);
+  }
+  EXPECT_TRUE(fits.Check("f.ckfmt").ok());
+  Status s = over.Check("f.ckfmt");
   EXPECT_EQ(s.code(), StatusCode::kIOError);
   EXPECT_NE(s.message().find("f.ckfmt"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("for 2 entries"), std::string::npos) << s.message();
@@ -24,21 +26,24 @@ TEST(HostMemoryNeed, FitsUpToTheLimitExactly) {
 }
 
 TEST(HostMemoryNeed, NamesTheOneEntry) {
-  HostMemoryNeed need;
+  HostMemoryNeed need(1000);
   need.Add({"opt", "m"}, 2000);
-  Status s = need.Check("f.ckfmt", 1000);
+  Status s = need.Check("f.ckfmt");
   EXPECT_NE(s.message().find("for opt/m,"), std::string::npos) << s.message();
 }
 
 TEST(HostMemoryNeed, SumSaturatesInsteadOfWrapping) {
-  HostMemoryNeed need;
+  HostMemoryNeed need(kMax - 1);
   need.Add({"a"}, kMax / 2 + 2);
   need.Add({"b"}, kMax / 2 + 2);  // wraps to 2 without saturation
-  EXPECT_EQ(need.Check("f", kMax - 1).code(), StatusCode::kIOError);
+  EXPECT_EQ(need.Check("f").code(), StatusCode::kIOError);
 }
 
 TEST(HostMemoryNeed, NothingNeededAlwaysFits) {
-  EXPECT_TRUE(HostMemoryNeed().Check("f", 0).ok());
+  EXPECT_TRUE(HostMemoryNeed(1).Check("f").ok());
+  HostMemoryNeed zero(1);
+  zero.Add({"empty"}, 0);
+  EXPECT_TRUE(zero.Check("f").ok());
 }
 
 TEST(HostMemoryLimit, IsThisMachinesMemory) {
