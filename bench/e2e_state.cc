@@ -2,36 +2,15 @@
 #include "e2e_state.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
 
 #include "ckfmt/checksum.h"
 #include "measure.h"
 #include "realistic_values.h"
 
 namespace ckfmt::bench {
-namespace {
-
-enum class Fill { kWeightBF16, kNormBF16, kExpAvg, kExpAvgSq };
-
-struct FillTask {
-  void* data;
-  size_t n;
-  Fill fill;
-  uint64_t seed;
-};
-
-void RunFill(const FillTask& t) {
-  using ckfmt::bench::Realistic;
-  static constexpr Realistic kKind[] = {Realistic::kWeightBF16, Realistic::kNormGainBF16,
-                                        Realistic::kExpAvg, Realistic::kExpAvgSq};
-  ckfmt::bench::FillRealistic(kKind[static_cast<int>(t.fill)], t.data, t.n, t.seed);
-}
-
-}  // namespace
 
 Layout MakeLayout(double size_gib) {
   const double target_params = size_gib * kGiB / 10.0;
@@ -97,30 +76,16 @@ void AllocBuffers(const Layout& L, Buffers* b, bool touch, size_t offset) {
 }
 
 void FillBuffers(const Layout& L, Buffers* b) {
-  std::vector<FillTask> tasks;
-  constexpr size_t kSlice = 8u << 20;  // elements per task
-  uint64_t seed = 1;
-  auto add = [&](void* data, size_t n, size_t esize, Fill f) {
-    for (size_t off = 0; off < n; off += kSlice) {
-      tasks.push_back({static_cast<uint8_t*>(data) + off * esize, std::min(kSlice, n - off), f,
-                       seed++});
-    }
-  };
+  ParallelFill fill;
   for (size_t i = 0; i < L.params.size(); ++i) {
     const uint64_t n = Numel(L.params[i].shape);
-    add(b->weights[i], n, 2, L.params[i].norm ? Fill::kNormBF16 : Fill::kWeightBF16);
-    add(b->exp_avg[i], n, 4, Fill::kExpAvg);
-    add(b->exp_avg_sq[i], n, 4, Fill::kExpAvgSq);
+    fill.Add(L.params[i].norm ? Realistic::kNormGainBF16 : Realistic::kWeightBF16, b->weights[i],
+             n, 2);
+    fill.Add(Realistic::kExpAvg, b->exp_avg[i], n, 4);
+    fill.Add(Realistic::kExpAvgSq, b->exp_avg_sq[i], n, 4);
     *b->steps[i] = 1000.0f;
   }
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t t; (t = next.fetch_add(1)) < tasks.size();) RunFill(tasks[t]);
-  };
-  const unsigned nt = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> threads;
-  for (unsigned i = 0; i < nt; ++i) threads.emplace_back(worker);
-  for (auto& t : threads) t.join();
+  fill.Run();
 
   // RNG state (torch's CPU generator state is 5056 bytes) and a data-loader
   // state as a JSON blob.

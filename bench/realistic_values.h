@@ -5,10 +5,14 @@
 // checksums behave differently there.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 namespace ckfmt::bench {
 
@@ -90,5 +94,56 @@ inline void FillRealistic(Realistic kind, void* data, size_t n, uint64_t seed) {
     }
   }
 }
+
+// Fills many buffers in slices spread over every core: a multi-GiB
+// training state takes seconds on one.
+class ParallelFill {
+ public:
+  // Schedules `n` elements of `esize` bytes at `data` filled as `kind`;
+  // each slice has a seed of its own, 1, 2, ... in the order added.
+  void Add(Realistic kind, void* data, size_t n, size_t esize) { Slice(kind, data, n, esize, 0); }
+  // Schedules `bytes` bytes at `data` set to `byte`: memory that only needs
+  // writing, as a freshly constructed model's.
+  void AddBytes(void* data, size_t bytes, uint8_t byte) {
+    Slice(Realistic::kWeightBF16, data, bytes, 1, int(byte) + 1);
+  }
+  void Run() {
+    std::atomic<size_t> next{0};
+    auto worker = [&] {
+      for (size_t i; (i = next.fetch_add(1)) < tasks_.size();) {
+        const Task& t = tasks_[i];
+        if (t.byte) {
+          std::memset(t.data, t.byte - 1, t.n);
+        } else {
+          FillRealistic(t.kind, t.data, t.n, t.seed);
+        }
+      }
+    };
+    std::vector<std::thread> threads;
+    for (unsigned i = 0; i < std::max(1u, std::thread::hardware_concurrency()); ++i) {
+      threads.emplace_back(worker);
+    }
+    for (auto& t : threads) t.join();
+    tasks_.clear();
+  }
+
+ private:
+  struct Task {
+    Realistic kind;
+    void* data;
+    size_t n;
+    uint64_t seed;
+    int byte;  // 1 + the byte to set, or 0 for a FillRealistic
+  };
+  void Slice(Realistic kind, void* data, size_t n, size_t esize, int byte) {
+    constexpr size_t kSlice = size_t{4} << 20;  // elements per task
+    for (size_t off = 0; off < n; off += kSlice) {
+      tasks_.push_back({kind, static_cast<uint8_t*>(data) + off * esize, std::min(kSlice, n - off),
+                        ++seed_, byte});
+    }
+  }
+  std::vector<Task> tasks_;
+  uint64_t seed_ = 0;
+};
 
 }  // namespace ckfmt::bench

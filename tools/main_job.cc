@@ -68,56 +68,8 @@ using ckfmt::bench::ForNormals;
 using ckfmt::bench::Rng;
 using ckfmt::bench::ToBF16;
 
-enum class Fill { kWeight, kNormGain, kExpAvg, kExpAvgSq, kGarbage };
-
-struct FillTask {
-  void* data;
-  size_t n;
-  Fill fill;
-  uint64_t seed;
-};
-
-void RunFill(const FillTask& t) {
-  using ckfmt::bench::Realistic;
-  if (t.fill == Fill::kGarbage) {  // a freshly constructed model's tensors: anything
-    std::memset(t.data, 0x5a, t.n);
-    return;
-  }
-  static constexpr Realistic kKind[] = {Realistic::kWeightBF16, Realistic::kNormGainBF16,
-                                        Realistic::kExpAvg, Realistic::kExpAvgSq};
-  ckfmt::bench::FillRealistic(kKind[static_cast<int>(t.fill)], t.data, t.n, t.seed);
-}
-
-class Filler {
- public:
-  // Schedules `t` (bytes of element size `esize`) to be filled.
-  void Add(const Tensor& t, Fill f) {
-    constexpr size_t kSlice = 4u << 20;  // elements per task
-    const size_t esize = ckfmt::DTypeSize(t.dtype());
-    const size_t n = f == Fill::kGarbage ? t.nbytes() : t.numel();
-    const size_t unit = f == Fill::kGarbage ? 1 : esize;
-    for (size_t off = 0; off < n; off += kSlice) {
-      tasks_.push_back({static_cast<uint8_t*>(t.data()) + off * unit, std::min(kSlice, n - off),
-                        f, ++seed_});
-    }
-  }
-  void Run() {
-    std::atomic<size_t> next{0};
-    auto worker = [&] {
-      for (size_t i; (i = next.fetch_add(1)) < tasks_.size();) RunFill(tasks_[i]);
-    };
-    std::vector<std::thread> threads;
-    for (unsigned i = 0; i < std::max(1u, std::thread::hardware_concurrency()); ++i) {
-      threads.emplace_back(worker);
-    }
-    for (auto& t : threads) t.join();
-    tasks_.clear();
-  }
-
- private:
-  std::vector<FillTask> tasks_;
-  uint64_t seed_ = 0;
-};
+using ckfmt::bench::ParallelFill;
+using ckfmt::bench::Realistic;
 
 Tensor NewTensor(DType dtype, Shape shape) {
   uint64_t bytes = ckfmt::DTypeSize(dtype);
@@ -211,12 +163,17 @@ ModelShape MakeModelShape(double size_mb) {
 
 // The model's state dict: {"embed.weight", "layers": [ {...}, ... ],
 // "norm.weight", "lm_head.weight"}, with fresh tensors filled as `fill` says.
-Value MakeModel(const ModelShape& m, Filler* filler, bool trained) {
+Value MakeModel(const ModelShape& m, ParallelFill* fill, bool trained) {
   Dict model;
   List layers(m.layers, Value(Dict{}));
   for (const Param& p : m.params) {
     Tensor t = NewTensor(DType::kBF16, p.shape);
-    filler->Add(t, !trained ? Fill::kGarbage : p.no_decay ? Fill::kNormGain : Fill::kWeight);
+    if (trained) {
+      fill->Add(p.no_decay ? Realistic::kNormGainBF16 : Realistic::kWeightBF16, t.data(), t.numel(),
+                2);
+    } else {
+      fill->AddBytes(t.data(), t.nbytes(), 0x5a);  // a fresh model's tensors: anything
+    }
     if (p.path.size() == 4) {
       layers[std::get<uint64_t>(p.path[2])].as_dict().Set(std::get<std::string>(p.path[3]), t);
       if (!model.Find("layers")) model.Set("layers", Value(List{}));
@@ -251,9 +208,9 @@ Dict ParamGroup(const ModelShape& m, bool no_decay, double lr, double beta2) {
 
 // The full training state after `step` steps.
 Value MakeTrainingState(const ModelShape& m, int64_t step, uint64_t* tensor_bytes) {
-  Filler filler;
+  ParallelFill fill;
   Dict root;
-  root.Set("model", MakeModel(m, &filler, /*trained=*/true));
+  root.Set("model", MakeModel(m, &fill, /*trained=*/true));
 
   Dict state;
   for (const Param& p : m.params) {
@@ -262,8 +219,8 @@ Value MakeTrainingState(const ModelShape& m, int64_t step, uint64_t* tensor_byte
     *static_cast<float*>(st.data()) = float(step);
     s.Set("step", st);  // torch keeps AdamW's step as a 0-d float32 tensor
     Tensor ea = NewTensor(DType::kF32, p.shape), eas = NewTensor(DType::kF32, p.shape);
-    filler.Add(ea, Fill::kExpAvg);
-    filler.Add(eas, Fill::kExpAvgSq);
+    fill.Add(Realistic::kExpAvg, ea.data(), ea.numel(), 4);
+    fill.Add(Realistic::kExpAvgSq, eas.data(), eas.numel(), 4);
     s.Set("exp_avg", ea);
     s.Set("exp_avg_sq", eas);
     state.Set(p.fqn, Value(std::move(s)));
@@ -309,7 +266,7 @@ Value MakeTrainingState(const ModelShape& m, int64_t step, uint64_t* tensor_byte
   root.Set("finished", false);
   root.Set("resume_from", None{});
 
-  filler.Run();
+  fill.Run();
   Value v(std::move(root));
   *tensor_bytes = 0;
   ckfmt::VisitValues(v, [&](const KeyPath&, const Value& x) {
@@ -673,10 +630,10 @@ int main(int argc, char** argv) {
   std::printf("\n== 4. load into a state dict holding only the model (fresh tensors)\n");
   double load_s = 0;
   {
-    Filler filler;
+    ParallelFill fill;
     Dict root;
-    root.Set("model", MakeModel(m, &filler, /*trained=*/false));
-    filler.Run();
+    root.Set("model", MakeModel(m, &fill, /*trained=*/false));
+    fill.Run();
     Value into(std::move(root));
     const auto before = TensorPointers(into);
     DropCache(file);
@@ -732,10 +689,10 @@ int main(int argc, char** argv) {
   std::printf("\n== 4b. load into {model, optimizer before its first step, step 0}\n");
   double load2_s = 0;
   {
-    Filler filler;
+    ParallelFill fill;
     Dict root;
-    root.Set("model", MakeModel(m, &filler, /*trained=*/false));
-    filler.Run();
+    root.Set("model", MakeModel(m, &fill, /*trained=*/false));
+    fill.Run();
     Dict optim;
     optim.Set("state", Value(Dict{}));
     optim.Set("param_groups", Value(List{Value(ParamGroup(m, false, 3e-4, 0.999)),
