@@ -57,6 +57,30 @@ TEST(Unpickler, MemoIdsAreAnyU32) {
   EXPECT_EQ(l.items[1]->i, 9);
 }
 
+// Small ints, bools, None and the empty tuple are each one shared object;
+// that is safe only while nothing can change them.
+TEST(Unpickler, SharedImmutablesCannotBeChanged) {
+  struct Case {
+    std::string pickle, error;
+  };
+  for (const Case& c : std::vector<Case>{
+           {B("\x80\x02K\x01}b."), "BUILD on a int"},
+           {B("\x80\x02)K\x01" "a."), "APPEND(S) on a tuple"},
+           {B("\x80\x02\x89K\x01K\x02s."), "SETITEM(S) on a bool"},
+           {B("\x80\x02N(K\x01K\x02u."), "SETITEM(S) on a None"}}) {
+    auto r = Load(c.pickle);
+    ASSERT_FALSE(r.ok()) << c.error;
+    EXPECT_NE(r.status().message().find(c.error), std::string::npos) << r.status().ToString();
+  }
+  // Shared or not, equal values convert alike.
+  auto r = Load(B("\x80\x02(K\x07K\x07))\x88\x88NNl."));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ((*r)->items.size(), 8u);
+  EXPECT_EQ((*r)->items[1]->i, 7);
+  EXPECT_EQ((*r)->items[3]->kind, py::Kind::kTuple);
+  EXPECT_TRUE((*r)->items[5]->b);
+}
+
 TEST(Unpickler, Protocol4FramesMemoAndStackGlobal) {
   // pickle.dumps(collections.OrderedDict(a=b'\x00\xff', b=(1, -2, 3.0)), protocol=4)
   std::string p = B(

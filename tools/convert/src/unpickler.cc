@@ -283,6 +283,25 @@ class Unpickler {
     stack_.push_back(std::move(r));
     return Status::OK();
   }
+  // Immutable values repeat: a DCP .metadata holds about eight small ints,
+  // two bools and five empty tuples per tensor. Each such value is one
+  // shared object here (nothing mutates these kinds: SETITEM(S), APPEND(S)
+  // and BUILD refuse or ignore them), which spares an allocation apiece.
+  Ref Int(int64_t v) {
+    if (v < 0 || v >= int64_t(kSharedInts)) return py::MakeInt(v);
+    Ref& r = ints_[size_t(v)];
+    if (!r) r = py::MakeInt(v);
+    return r;
+  }
+  Ref Bool(bool v) {
+    Ref& r = bools_[v];
+    if (!r) r = py::MakeBool(v);
+    return r;
+  }
+  Ref Shared(Ref& slot, Kind k) {
+    if (!slot) slot = py::Make(k);
+    return slot;
+  }
   Status Memo(uint64_t idx) {
     CKFMT_ASSIGN_OR_RETURN(Ref * top, Top());
     memo_.Put(idx, *top);
@@ -315,6 +334,9 @@ class Unpickler {
   std::vector<Ref> stack_;
   std::vector<size_t> marks_;
   MemoTable memo_;
+  static constexpr size_t kSharedInts = 1024;
+  std::vector<Ref> ints_ = std::vector<Ref>(kSharedInts);
+  Ref bools_[2], none_, empty_tuple_;
   uint64_t op_pos_ = 0;
   // Dict key positions for Python's replace-on-duplicate semantics.
   std::unordered_map<const Object*, std::unordered_map<std::string, size_t>> dict_keys_;
@@ -639,12 +661,12 @@ Result<Ref> Unpickler::Step(uint8_t op, bool* stop) {
     case '0': { CKFMT_RETURN_IF_ERROR(Pop().status()); return ok(); }
     case '1': { CKFMT_RETURN_IF_ERROR(PopMark().status()); return ok(); }
     case '2': { CKFMT_ASSIGN_OR_RETURN(Ref * t, Top()); Ref c = *t; CKFMT_RETURN_IF_ERROR(Push(c)); return ok(); }
-    case 'N': CKFMT_RETURN_IF_ERROR(Push(py::MakeNone())); return ok();
-    case 0x88: CKFMT_RETURN_IF_ERROR(Push(py::MakeBool(true))); return ok();
-    case 0x89: CKFMT_RETURN_IF_ERROR(Push(py::MakeBool(false))); return ok();
-    case 'J': { CKFMT_ASSIGN_OR_RETURN(uint32_t v, ReadLE<uint32_t>(4)); CKFMT_RETURN_IF_ERROR(Push(py::MakeInt(int32_t(v)))); return ok(); }
-    case 'K': { CKFMT_ASSIGN_OR_RETURN(uint8_t v, ReadLE<uint8_t>(1)); CKFMT_RETURN_IF_ERROR(Push(py::MakeInt(v))); return ok(); }
-    case 'M': { CKFMT_ASSIGN_OR_RETURN(uint16_t v, ReadLE<uint16_t>(2)); CKFMT_RETURN_IF_ERROR(Push(py::MakeInt(v))); return ok(); }
+    case 'N': CKFMT_RETURN_IF_ERROR(Push(Shared(none_, Kind::kNone))); return ok();
+    case 0x88: CKFMT_RETURN_IF_ERROR(Push(Bool(true))); return ok();
+    case 0x89: CKFMT_RETURN_IF_ERROR(Push(Bool(false))); return ok();
+    case 'J': { CKFMT_ASSIGN_OR_RETURN(uint32_t v, ReadLE<uint32_t>(4)); CKFMT_RETURN_IF_ERROR(Push(Int(int32_t(v)))); return ok(); }
+    case 'K': { CKFMT_ASSIGN_OR_RETURN(uint8_t v, ReadLE<uint8_t>(1)); CKFMT_RETURN_IF_ERROR(Push(Int(v))); return ok(); }
+    case 'M': { CKFMT_ASSIGN_OR_RETURN(uint16_t v, ReadLE<uint16_t>(2)); CKFMT_RETURN_IF_ERROR(Push(Int(v))); return ok(); }
     case 0x8a:    // LONG1
     case 0x8b: {  // LONG4
       uint64_t n;
@@ -769,7 +791,7 @@ Result<Ref> Unpickler::Step(uint8_t op, bool* stop) {
     }
     case '}': CKFMT_RETURN_IF_ERROR(Push(py::Make(Kind::kDict))); return ok();
     case ']': CKFMT_RETURN_IF_ERROR(Push(py::Make(Kind::kList))); return ok();
-    case ')': CKFMT_RETURN_IF_ERROR(Push(py::Make(Kind::kTuple))); return ok();
+    case ')': CKFMT_RETURN_IF_ERROR(Push(Shared(empty_tuple_, Kind::kTuple))); return ok();
     case 0x8f: CKFMT_RETURN_IF_ERROR(Push(py::Make(Kind::kSet))); return ok();
     case 'd': {
       CKFMT_ASSIGN_OR_RETURN(auto items, PopMark());
