@@ -77,5 +77,30 @@ TEST(Zip, NotAZip) {
       << z.status().ToString();
 }
 
+TEST(InputFile, RegionInMemoryReadsLikeTheFile) {
+  std::string dir = MakeTempDir("region");
+  std::string bytes;
+  for (int i = 0; i < 1000; ++i) bytes += char('a' + i % 26);
+  WriteFile(dir + "/f", bytes);
+  auto f = InputFile::Open(dir + "/f");
+  ASSERT_TRUE(f.ok());
+  auto r = InputFile::WithRegionInMemory(*f, 100, 200, "item");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  WriteFile(dir + "/f", std::string(1000, 'z'));  // same size: the region is what was read
+  auto read = [&](uint64_t off, uint64_t n) {
+    std::string out(n, '\0');
+    Status s = (*r)->ReadAt(off, out.data(), n, "test");
+    return s.ok() ? out : "error: " + s.ToString();
+  };
+  EXPECT_EQ(read(100, 200), bytes.substr(100, 200));  // all from memory
+  EXPECT_EQ(read(150, 10), bytes.substr(150, 10));
+  EXPECT_EQ(read(300, 0), "");
+  EXPECT_EQ(read(0, 10), std::string(10, 'z'));       // outside: the file
+  EXPECT_EQ(read(290, 20), std::string(20, 'z'));     // across the end: the file
+  EXPECT_NE(read(995, 10).find("truncated"), std::string::npos);
+  // Beyond the file: refused before reading, as the file itself would.
+  EXPECT_FALSE(InputFile::WithRegionInMemory(*f, 900, 200, "item").ok());
+}
+
 }  // namespace
 }  // namespace ckfmt::convert::testing

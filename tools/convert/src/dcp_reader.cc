@@ -18,6 +18,9 @@ using py::Kind;
 
 constexpr uint64_t kMaxMetadataBytes = 1ull << 30;
 constexpr uint64_t kMaxBytesItem = 1ull << 30;
+// Items up to this size are read whole, once, and parsed from memory: each
+// is a zip archive that parsing reads in about twenty pieces.
+constexpr uint64_t kSmallItem = 64 << 10;
 
 struct ItemInfo {
   std::string relative_path;
@@ -93,6 +96,10 @@ class DcpTensorSource : public TensorSource {
                           std::to_string(c.item.offset) + " (" + QuoteKey(fqn) + " chunk " +
                           std::to_string(ci) + ")";
       CKFMT_ASSIGN_OR_RETURN(auto file, files->Get(c.item.relative_path));
+      if (c.item.length <= kSmallItem) {
+        CKFMT_ASSIGN_OR_RETURN(file, InputFile::WithRegionInMemory(file, c.item.offset,
+                                                                   c.item.length, label));
+      }
       uint32_t rank = RankOf(c.item.relative_path);
       std::shared_ptr<TensorSource> src;
       uint8_t magic[4] = {};
@@ -334,6 +341,9 @@ Result<Node> ReadDcp(const std::string& dir, const DcpReadOptions& options, Conv
       std::string label = dir + "/" + ii.relative_path + " @" + std::to_string(ii.offset) +
                           " (" + QuoteKey(fqn) + ")";
       if (ii.length > kMaxBytesItem) return Status::Unsupported(label + ": bytes item over 1 GiB");
+      if (ii.length <= kSmallItem) {
+        CKFMT_ASSIGN_OR_RETURN(file, InputFile::WithRegionInMemory(file, ii.offset, ii.length, label));
+      }
       std::string head(std::min<uint64_t>(ii.length, 4), '\0');
       CKFMT_RETURN_IF_ERROR(file->ReadAt(ii.offset, head.data(), head.size(), label));
       if (LooksLikeZip(reinterpret_cast<const uint8_t*>(head.data()), head.size())) {

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 namespace ckfmt::convert {
 
@@ -25,13 +26,31 @@ Result<std::shared_ptr<InputFile>> InputFile::Open(const std::string& path) {
   return std::shared_ptr<InputFile>(new InputFile(path, fd, static_cast<uint64_t>(st.st_size)));
 }
 
-InputFile::~InputFile() { ::close(fd_); }
+InputFile::~InputFile() {
+  if (!owner_) ::close(fd_);
+}
+
+Result<std::shared_ptr<InputFile>> InputFile::WithRegionInMemory(std::shared_ptr<InputFile> file,
+                                                                 uint64_t offset, uint64_t length,
+                                                                 const std::string& what) {
+  std::shared_ptr<InputFile> f(new InputFile(file->path_, file->fd_, file->size_));
+  f->region_.resize(length);
+  CKFMT_RETURN_IF_ERROR(file->ReadAt(offset, f->region_.data(), length, what));
+  f->region_offset_ = offset;
+  f->owner_ = std::move(file);
+  return f;
+}
 
 Status InputFile::ReadAt(uint64_t offset, void* dst, uint64_t n, const std::string& what) const {
   if (offset > size_ || n > size_ - offset) {
     return Status::Corruption(path_ + ": " + what + ": needs bytes [" + std::to_string(offset) +
                               ", " + std::to_string(offset + n) + ") but the file has " +
                               std::to_string(size_) + " bytes (truncated?)");
+  }
+  if (offset >= region_offset_ && offset - region_offset_ <= region_.size() &&
+      n <= region_.size() - (offset - region_offset_)) {
+    if (n) std::memcpy(dst, region_.data() + (offset - region_offset_), n);
+    return Status::OK();
   }
   auto* p = static_cast<uint8_t*>(dst);
   while (n > 0) {

@@ -19,6 +19,13 @@ class InputFile {
   // Reads exactly `n` bytes at `offset`; a short file is Corruption naming
   // `what` (e.g. the zip record).
   Status ReadAt(uint64_t offset, void* dst, uint64_t n, const std::string& what) const;
+  // The same file, with bytes [offset, offset + length) read once now and
+  // served from memory: for a small region read piecemeal (a DCP item is a
+  // whole zip archive of a few KiB, which parsing reads in ~20 pieces).
+  // Reads outside the region go to the file.
+  static Result<std::shared_ptr<InputFile>> WithRegionInMemory(std::shared_ptr<InputFile> file,
+                                                               uint64_t offset, uint64_t length,
+                                                               const std::string& what);
 
  private:
   InputFile(std::string path, int fd, uint64_t size)
@@ -26,6 +33,9 @@ class InputFile {
   std::string path_;
   int fd_;
   uint64_t size_;
+  std::shared_ptr<InputFile> owner_;  // set: fd_ is the owner's
+  std::string region_;                // bytes from region_offset_ on
+  uint64_t region_offset_ = 0;
 };
 
 // Writes `<path>.convert-tmp.<pid>` and renames it to `path` on Commit.
