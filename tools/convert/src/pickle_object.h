@@ -20,7 +20,7 @@ namespace ckfmt::convert::py {
 struct Object;
 using Ref = std::shared_ptr<Object>;
 
-enum class Kind {
+enum class Kind : uint8_t {
   kNone, kBool, kInt, kBigInt, kFloat, kStr, kBytes,
   kTuple, kList, kSet, kDict,
   kGlobal,    // module.name (whitelisted, or `disallowed` when opaque objects are allowed)
@@ -48,22 +48,24 @@ struct TensorRef {
   std::vector<uint64_t> stride;     // in elements of dtype
 };
 
+// A DCP .metadata makes tens of these per tensor: the small fields share
+// the first word.
 struct Object {
   Kind kind = Kind::kNone;
   bool b = false;
+  bool disallowed = false;            // kGlobal outside the whitelist
+  uint8_t graph_mark = 0;             // CheckGraph's visit state (0 before it runs)
   int64_t i = 0;
   double f = 0;
   std::string s;         // kStr (UTF-8), kBytes, kBigInt (little-endian two's complement),
                          // kGlobal/kInstance module, kCall "reduce"/"newobj"
   std::string s2;        // kGlobal/kInstance name
-  bool disallowed = false;            // kGlobal outside the whitelist
   std::vector<Ref> items;             // tuple/list/set; kCall: {callable, args...} extra appends
   std::vector<std::pair<Ref, Ref>> dict;  // kDict; kCall/kInstance: SETITEMS on the object
   Ref callable, args;                 // kCall
   Ref state;                          // kCall/kInstance: BUILD state
   std::shared_ptr<Storage> storage;   // kStorage
   std::shared_ptr<TensorRef> tensor;  // kTensor
-  uint8_t graph_mark = 0;             // CheckGraph's visit state (0 before it runs)
 
   std::string GlobalName() const { return s + "." + s2; }
   // kInstance: the attribute from a dict state, or nullptr.
