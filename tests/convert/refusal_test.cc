@@ -244,6 +244,14 @@ TEST(Refusal, AmbiguousSafetensorsHeaders) {
       {"shape disagrees", R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8,
        "need 12"},
       {"not json", "{not json}", 0, "not valid JSON"},
+      {"duplicate field of a tensor",
+       R"({"a":{"dtype":"F32","dtype":"F16","shape":[1],"data_offsets":[0,4]}})", 4,
+       "\"dtype\" appears twice"},
+      {"duplicate metadata key",
+       R"({"__metadata__":{"k":"1","k":"2"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+       4, "\"k\" appears twice"},
+      {"text after the header's JSON",
+       R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}} {})", 4, "not valid JSON"},
   };
   for (const auto& k : cases) {
     std::string p = dir + "/x.safetensors";
