@@ -1,13 +1,14 @@
 """Converting checkpoints of many small tensors: ckfmt convert against the
 same conversion done with torch's own tools, in one run.
 
-Two inputs, made here: a torch.distributed.checkpoint (DCP) directory of
---dcp-tensors 4-element tensors (dcp.save, one process), and a safetensors
+Three inputs, made here: a torch.distributed.checkpoint (DCP) directory of
+--dcp-tensors 4-element tensors (dcp.save, one process), a safetensors
 repo of --st-tensors one-element tensors in --st-shards shards with a
-model.safetensors.index.json. Each is converted to one ckfmt file by
-`ckfmt convert` and, as the baseline, to one file by the library that
-reads it: torch's dcp_to_torch_save, and safetensors load_file of every
-shard then save_file of all tensors. Outputs are fsynced by both. Prints
+model.safetensors.index.json, and one safetensors file of as many. Each is
+converted to one ckfmt file by `ckfmt convert` and, as the baseline, to
+one file by the library that reads it: torch's dcp_to_torch_save, and
+safetensors load_file of every shard (or the file) then save_file of all
+tensors. Outputs are fsynced by both. Prints
 medians of --runs runs (min-max) and the baseline's time over ckfmt's.
 Costs here grow with the number of tensors, not bytes: this is what a
 many-expert model's checkpoint stresses.
@@ -52,6 +53,17 @@ def make_st_repo(path, n, shards):
         json.dump({"metadata": {}, "weight_map": dict(sorted(weight_map.items()))}, f)
 
 
+def make_st_file(path, n):
+    from safetensors.torch import save_file
+    save_file({f"layers.{i}.w": torch.randn(1) for i in range(n)}, path)
+
+
+def st_resave(src, dst):
+    from safetensors.torch import load_file, save_file
+    save_file(load_file(src), dst)
+    fsync_file(dst)
+
+
 def torch_dcp_convert(src, dst):
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
     dcp_to_torch_save(src, dst)
@@ -81,13 +93,17 @@ def main():
     work = tempfile.mkdtemp(prefix="ckfmt-many-", dir=args.dir or None)
     try:
         dcp_dir, st_dir = os.path.join(work, "dcp"), os.path.join(work, "st")
+        st_file = os.path.join(work, "one.safetensors")
         make_dcp(dcp_dir, args.dcp_tensors)
         make_st_repo(st_dir, args.st_tensors, args.st_shards)
+        make_st_file(st_file, args.st_tensors)
         cases = [
             (f"DCP dir, {args.dcp_tensors} tensors", dcp_dir, "torch dcp_to_torch_save",
              torch_dcp_convert, "out.pt"),
             (f"safetensors repo, {args.st_tensors} tensors in {args.st_shards} shards", st_dir,
              "safetensors load_file + save_file", st_consolidate, "out.safetensors"),
+            (f"safetensors file, {args.st_tensors} tensors", st_file,
+             "safetensors load_file + save_file", st_resave, "out.safetensors"),
         ]
         print(f"many_tensors: torch {torch.__version__}, {args.runs} runs, dir {work}")
         for what, src, base_name, base, base_out in cases:
