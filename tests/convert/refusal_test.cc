@@ -250,6 +250,8 @@ TEST(Refusal, AmbiguousSafetensorsHeaders) {
       {"duplicate metadata key",
        R"({"__metadata__":{"k":"1","k":"2"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
        4, "\"k\" appears twice"},
+      {"nesting 65 deep", R"({"a":)" + std::string(64, '[') + std::string(64, ']') + "}", 0,
+       "nests deeper than 64 levels"},
       {"text after the header's JSON",
        R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}} {})", 4, "not valid JSON"},
   };

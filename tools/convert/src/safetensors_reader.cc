@@ -53,6 +53,10 @@ class StrictDocBuilder : public nlohmann::json_sax<json> {
  public:
   StrictDocBuilder(Doc* doc, const std::set<std::string>& nested) : doc_(doc), nested_(nested) {}
   const std::string& duplicate() const { return dup_; }
+  bool too_deep() const { return too_deep_; }
+  // Headers nest 3 deep (object, tensor, shape); anything near this is
+  // hostile, and each level costs memory while the parse is in it.
+  static constexpr size_t kMaxDepth = 64;
 
   bool null() override { return Put(nullptr); }
   bool boolean(bool v) override { return Put(v); }
@@ -110,6 +114,10 @@ class StrictDocBuilder : public nlohmann::json_sax<json> {
     return true;
   }
   bool Open(json v) {
+    if (open_.size() == kMaxDepth) {
+      too_deep_ = true;
+      return false;  // stops the parse
+    }
     json* p = Store(std::move(v));
     open_.push_back({p, {}});
     return true;
@@ -123,6 +131,7 @@ class StrictDocBuilder : public nlohmann::json_sax<json> {
   const std::set<std::string>& nested_;
   std::vector<Container> open_;
   std::string key_, top_key_, dup_;
+  bool too_deep_ = false;
 };
 
 // Parses JSON refusing duplicate keys in any object.
@@ -134,6 +143,10 @@ Result<Doc> ParseStrict(const std::string& text, const std::string& where,
   if (!builder.duplicate().empty()) {
     return Status::Corruption(where + ": key " + QuoteKey(builder.duplicate()) +
                               " appears twice in the header");
+  }
+  if (builder.too_deep()) {
+    return Status::Corruption(where + ": header nests deeper than " +
+                              std::to_string(StrictDocBuilder::kMaxDepth) + " levels");
   }
   if (!ok) return Status::Corruption(where + ": header is not valid JSON");
   return doc;
