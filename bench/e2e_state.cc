@@ -27,9 +27,7 @@ Layout MakeLayout(double size_gib) {
   }
   const uint64_t d = L.d;
   auto add = [&](std::string fqn, ckfmt::KeyPath p, ckfmt::Shape s, bool norm) {
-    uint64_t n = 1;
-    for (auto x : s) n *= x;
-    L.num_params += n;
+    L.num_params += Numel(s);
     L.params.push_back({std::move(fqn), std::move(p), std::move(s), norm});
   };
   add("embed.weight", {"model", "embed.weight"}, {L.vocab, d}, false);
@@ -56,9 +54,6 @@ uint64_t Numel(const ckfmt::Shape& s) {
   return n;
 }
 
-
-// `offset`: where each tensor starts in its page-aligned allocation (64
-// imitates PyTorch's large CPU tensors).
 void AllocBuffers(const Layout& L, Buffers* b, bool touch, size_t offset) {
   for (const auto& p : L.params) {
     const uint64_t n = Numel(p.shape);
@@ -97,7 +92,6 @@ void FillBuffers(const Layout& L, Buffers* b) {
       R"("workers": [{"shard": 0, "offset": 77312}, {"shard": 1, "offset": 77056}]})";
 }
 
-// The state dict over `b`'s memory (views: no copies).
 ckfmt::Value MakeStateDict(const Layout& L, const Buffers& b, int64_t step) {
   using ckfmt::Dict;
   using ckfmt::List;
@@ -152,8 +146,6 @@ uint64_t LogicalBytes(const Layout& L, const Buffers& b) {
   return L.num_params * 10 + L.params.size() * 4 + b.rng.size() + b.dataloader.size();
 }
 
-// One checksum per tensor: a load is checked against the state it saved
-// without keeping a second copy of it.
 std::vector<uint64_t> TensorHashes(const Layout& L, const Buffers& b) {
   std::vector<uint64_t> h;
   for (size_t i = 0; i < L.params.size(); ++i) {
@@ -166,8 +158,6 @@ std::vector<uint64_t> TensorHashes(const Layout& L, const Buffers& b) {
   return h;
 }
 
-// Whether every tensor of `want` is in `got` at the same path with the same
-// bytes (got may hold more).
 bool SameTensors(const ckfmt::Value& want, const ckfmt::Value& got) {
   bool same = true;
   ckfmt::VisitValues(want, [&](const ckfmt::KeyPath& path, const ckfmt::Value& v) {
@@ -175,7 +165,8 @@ bool SameTensors(const ckfmt::Value& want, const ckfmt::Value& got) {
     const ckfmt::Value* g = got.Find(path);
     const ckfmt::Tensor& a = v.as_tensor();
     same = g && g->is_tensor() && g->as_tensor().nbytes() == a.nbytes() &&
-           ckfmt::Checksum(g->as_tensor().data(), a.nbytes()) == ckfmt::Checksum(a.data(), a.nbytes());
+           ckfmt::Checksum(g->as_tensor().data(), a.nbytes()) ==
+               ckfmt::Checksum(a.data(), a.nbytes());
   });
   return same;
 }
@@ -190,8 +181,6 @@ void Poison(const Layout& L, Buffers* b) {
   }
 }
 
-// memcpy of the whole state, source tensors into the destination tensors
-// (one thread; both already resident, as a load's target is).
 double MemcpyGiBs(const Layout& L, const Buffers& src, Buffers* dst) {
   uint64_t bytes = 0;
   const auto t0 = Clock::now();

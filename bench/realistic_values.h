@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -105,17 +106,17 @@ class ParallelFill {
   // Schedules `bytes` bytes at `data` set to `byte`: memory that only needs
   // writing, as a freshly constructed model's.
   void AddBytes(void* data, size_t bytes, uint8_t byte) {
-    Slice(Realistic::kWeightBF16, data, bytes, 1, int(byte) + 1);
+    Slice(std::nullopt, data, bytes, 1, byte);
   }
   void Run() {
     std::atomic<size_t> next{0};
     auto worker = [&] {
       for (size_t i; (i = next.fetch_add(1)) < tasks_.size();) {
         const Task& t = tasks_[i];
-        if (t.byte) {
-          std::memset(t.data, t.byte - 1, t.n);
+        if (t.kind) {
+          FillRealistic(*t.kind, t.data, t.n, t.seed);
         } else {
-          FillRealistic(t.kind, t.data, t.n, t.seed);
+          std::memset(t.data, t.byte, t.n);
         }
       }
     };
@@ -129,13 +130,13 @@ class ParallelFill {
 
  private:
   struct Task {
-    Realistic kind;
+    std::optional<Realistic> kind;  // none: set every byte to `byte`
     void* data;
     size_t n;
     uint64_t seed;
-    int byte;  // 1 + the byte to set, or 0 for a FillRealistic
+    uint8_t byte;
   };
-  void Slice(Realistic kind, void* data, size_t n, size_t esize, int byte) {
+  void Slice(std::optional<Realistic> kind, void* data, size_t n, size_t esize, uint8_t byte) {
     constexpr size_t kSlice = size_t{4} << 20;  // elements per task
     for (size_t off = 0; off < n; off += kSlice) {
       tasks_.push_back({kind, static_cast<uint8_t*>(data) + off * esize, std::min(kSlice, n - off),

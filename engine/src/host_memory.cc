@@ -81,13 +81,12 @@ void HostMemoryNeed::Add(const KeyPath& path, uint64_t bytes) {
 Status HostMemoryNeed::Check(const std::string& file) {
   if (total_ == 0) return Status::OK();
   if (limit_ == 0) limit_ = HostMemoryLimit();
-  const uint64_t limit = limit_;
-  if (total_ <= limit) return Status::OK();
+  if (total_ <= limit_) return Status::OK();
   std::string which = count_ == 1 ? " for " + FormatKeyPath(largest_path_)
                                   : " for " + std::to_string(count_) + " entries (the largest, " +
                                         FormatKeyPath(largest_path_) + ", " + Size(largest_) + ")";
   return Status::IOError(file + ": loading needs " + Size(total_) + " of new host memory" + which +
-                         ", more than this machine has (" + Size(limit) + " of memory and swap)");
+                         ", more than this machine has (" + Size(limit_) + " of memory and swap)");
 }
 
 Status ResizeOrFail(std::string* s, uint64_t n) {

@@ -271,6 +271,16 @@ TEST(Refusal, AmbiguousSafetensorsHeaders) {
   EXPECT_EQ(s.tensors.count("a.b"), 1u);
 }
 
+// `s` refuses as unsupported, quoting a key of `key_size` bytes by its
+// start `quoted` and its length, in a message short enough to read.
+void ExpectKeyQuotedShort(const Status& s, const std::string& quoted, size_t key_size) {
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.ToString().substr(0, 500);
+  EXPECT_LT(s.message().size(), 1000u);
+  EXPECT_NE(s.message().find(quoted), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("...\" (" + std::to_string(key_size) + " bytes)"),
+            std::string::npos) << s.message();
+}
+
 // A megabyte key in an error is quoted by its start and its length, cut
 // at a character boundary, not whole.
 TEST(Refusal, LongKeysAreQuotedShort) {
@@ -282,11 +292,7 @@ TEST(Refusal, LongKeysAreQuotedShort) {
   WriteFile(p, SafetensorsFile("{\"" + key + "\":{\"dtype\":\"F4\",\"shape\":[1],"
                                "\"data_offsets\":[0,1]}}", 1));
   Status s = ConvertStatus(p, dir + "/out.ckfmt");
-  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.ToString().substr(0, 500);
-  EXPECT_LT(s.message().size(), 1000u);
-  EXPECT_NE(s.message().find("tensor \"layer\u00e9"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("...\" (" + std::to_string(key.size()) + " bytes)"),
-            std::string::npos) << s.message();
+  ExpectKeyQuotedShort(s, "tensor \"layer\u00e9", key.size());
   EXPECT_NE(s.message().find("unknown dtype \"F4\""), std::string::npos) << s.message();
   EXPECT_TRUE(IsValidUtf8(s.message())) << "cut inside a character";
 }
@@ -312,11 +318,7 @@ TEST(Refusal, LongPickleKeysAreQuotedShort) {
   const std::string pt = dir + "/long.pt";
   WriteTorchZip(pt, w.Take());
   Status s = ConvertStatus(pt, dir + "/out.ckfmt");
-  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.ToString().substr(0, 500);
-  EXPECT_LT(s.message().size(), 1000u);
-  EXPECT_NE(s.message().find("\"kxxx"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("...\" (" + std::to_string(key.size()) + " bytes)"),
-            std::string::npos) << s.message();
+  ExpectKeyQuotedShort(s, "\"kxxx", key.size());
   EXPECT_NE(s.message().find("two keys read as \"1\""), std::string::npos) << s.message();
 }
 

@@ -70,7 +70,7 @@ class StrictDocBuilder : public nlohmann::json_sax<json> {
   bool end_object() override { return Close(); }
   bool end_array() override { return Close(); }
   bool key(string_t& k) override {
-    if (!open_.back().keys.insert(k).second) {
+    if (open_.back()->contains(k)) {  // the object holds its keys so far
       dup_ = k;
       return false;  // stops the parse
     }
@@ -89,10 +89,6 @@ class StrictDocBuilder : public nlohmann::json_sax<json> {
   }
 
  private:
-  struct Container {
-    json* value;
-    std::set<std::string> keys;  // an object's keys so far
-  };
   // Stores `v` where the parse is; the containers open are never moved
   // meanwhile (an array grows only after its open child closes).
   json* Store(json v) {
@@ -100,7 +96,7 @@ class StrictDocBuilder : public nlohmann::json_sax<json> {
       doc_->j = std::move(v);
       return &doc_->j;
     }
-    json& top = *open_.back().value;
+    json& top = *open_.back();
     if (top.is_array()) {
       top.push_back(std::move(v));
       return &top.back();
@@ -119,7 +115,7 @@ class StrictDocBuilder : public nlohmann::json_sax<json> {
       return false;  // stops the parse
     }
     json* p = Store(std::move(v));
-    open_.push_back({p, {}});
+    open_.push_back(p);
     return true;
   }
   bool Close() {
@@ -129,7 +125,7 @@ class StrictDocBuilder : public nlohmann::json_sax<json> {
 
   Doc* doc_;
   const std::set<std::string>& nested_;
-  std::vector<Container> open_;
+  std::vector<json*> open_;  // the containers the parse is in
   std::string key_, top_key_, dup_;
   bool too_deep_ = false;
 };
