@@ -1,6 +1,7 @@
 #include "encode_pipeline.h"
 
 #include <algorithm>
+#include <map>
 
 #include "ckfmt/checksum.h"
 
@@ -29,6 +30,40 @@ Result<StoredChunk> EncodeForStorage(Codec codec, int level, const ChunkJob& job
   // Chunks that do not shrink are stored raw: decoding them costs nothing.
   if (n >= job.size) return StoredChunk{job.src, job.size, Codec::kNone, Checksum(job.src, job.size)};
   return StoredChunk{scratch, n, codec, Checksum(scratch, n)};
+}
+
+std::vector<size_t> SpreadElementSizes(const std::vector<ChunkJob>& jobs) {
+  struct Group {
+    std::vector<size_t> jobs;
+    size_t next = 0;
+    uint64_t placed = 0, total = 0;
+  };
+  std::map<size_t, Group> by_size;  // ordered: ties go to the smaller size
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Group& g = by_size[jobs[i].element_size];
+    g.jobs.push_back(i);
+    g.total += jobs[i].size;
+  }
+  std::vector<size_t> order;
+  order.reserve(jobs.size());
+  while (order.size() < jobs.size()) {
+    Group* behind = nullptr;
+    for (auto& [size, g] : by_size) {
+      if (g.next == g.jobs.size()) continue;
+      // g.placed / g.total < behind->placed / behind->total, in integers
+      // (a group of empty jobs has total 0 and counts as not started).
+      using Wide = unsigned __int128;
+      if (!behind ||
+          Wide{g.placed} * std::max<uint64_t>(behind->total, 1) <
+              Wide{behind->placed} * std::max<uint64_t>(g.total, 1)) {
+        behind = &g;
+      }
+    }
+    const size_t i = behind->jobs[behind->next++];
+    behind->placed += jobs[i].size;
+    order.push_back(i);
+  }
+  return order;
 }
 
 void EncodePipeline::Encode(Slot& slot) const {

@@ -46,6 +46,17 @@ struct StoredChunk {
 Result<StoredChunk> EncodeForStorage(Codec codec, int level, const ChunkJob& job,
                                      uint8_t* scratch, size_t capacity);
 
+// An order in which to queue `jobs` (indices into it) that spreads every
+// element size evenly over the sequence: jobs of one element size keep
+// their relative order, and each next job is taken from the element size
+// whose bytes have been placed in the smallest share so far (ties: the
+// smaller size). Why: encoding costs differ by element size (a bf16 chunk
+// has twice the exponent bytes of an fp32 one to entropy-code), and a
+// state's tensors come grouped (the bf16 weights, then the fp32 optimizer
+// moments), so in queue order the cores are the bottleneck for the one
+// group and the disk for the other. Spread out, both stay busy throughout.
+std::vector<size_t> SpreadElementSizes(const std::vector<ChunkJob>& jobs);
+
 class EncodePipeline {
  public:
   // Called on the thread that calls Push()/Drain(), once per chunk, in

@@ -99,6 +99,9 @@ class CheckpointWriter::Impl {
   // calls, so a state of many small tensors still fills every batch (and
   // every core) instead of writing one chunk per tensor.
   std::vector<ChunkJob> queued_;
+  // Deferred host chunks for pipeline_, pushed at the next flush in an
+  // order that evens out the encoders' work (SpreadElementSizes).
+  std::vector<ChunkJob> deferred_;
   bool defer_host_reads_ = false;
   IndexRecord index_;
   std::map<KeyPath, size_t> entry_pos_;
@@ -390,7 +393,11 @@ Status CheckpointWriter::Impl::AddPieceData(size_t entry, PieceRecord piece,
     ChunkJob job{data + off, n, element_size, entry, pieces.size() - 1};
     off += n;
     if (pipeline_ && !stream_) {
-      CKFMT_RETURN_IF_ERROR(pipeline_->Push(job));
+      if (defer_host_reads_) {
+        deferred_.push_back(job);
+      } else {
+        CKFMT_RETURN_IF_ERROR(pipeline_->Push(job));
+      }
       continue;
     }
     queued_.push_back(job);
@@ -404,7 +411,13 @@ Status CheckpointWriter::Impl::AddPieceData(size_t entry, PieceRecord piece,
 
 Status CheckpointWriter::Impl::FlushChunks() {
   // Pipelined chunks came first: a device piece drains it before it starts.
-  if (pipeline_) CKFMT_RETURN_IF_ERROR(pipeline_->Drain());
+  if (pipeline_) {
+    for (size_t i : SpreadElementSizes(deferred_)) {
+      CKFMT_RETURN_IF_ERROR(pipeline_->Push(deferred_[i]));
+    }
+    deferred_.clear();
+    CKFMT_RETURN_IF_ERROR(pipeline_->Drain());
+  }
   if (queued_.empty()) return Status::OK();
   Status s = WriteBatch(queued_);
   queued_.clear();

@@ -1,15 +1,19 @@
 // The compressed write path: EncodePipeline's ordering, errors and
-// cancellation, and the writer's files staying the same bytes whatever the
-// threads, staging and deferral that produced them.
+// cancellation; the writer's files staying the same bytes whatever the
+// threads and staging that produced them; deferred chunks spread out by
+// element size, the same chunks in another place.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "ckfmt/checksum.h"
 #include "ckfmt/codec.h"
+#include "ckfmt/reader.h"
 #include "encode_pipeline.h"
 #include "util/file_util.h"
 #include "util/temp_dir.h"
@@ -149,6 +153,49 @@ TEST_P(EncodePipelineTest, DestroyedWithChunksQueued) {
 INSTANTIATE_TEST_SUITE_P(Threads, EncodePipelineTest, ::testing::Values(1u, 2u, 4u),
                          [](const auto& info) { return std::to_string(info.param); });
 
+ChunkJob JobOf(uint64_t size, size_t element_size) {
+  return ChunkJob{nullptr, size, element_size, 0, 0};
+}
+
+TEST(SpreadElementSizesTest, OneElementSizeKeepsQueueOrder) {
+  std::vector<ChunkJob> jobs;
+  for (uint64_t n : {5, 1, 9, 3}) jobs.push_back(JobOf(n * 4, 4));
+  EXPECT_EQ(SpreadElementSizes(jobs), (std::vector<size_t>{0, 1, 2, 3}));
+  EXPECT_TRUE(SpreadElementSizes({}).empty());
+}
+
+TEST(SpreadElementSizesTest, EachNextJobComesFromTheSizeFurthestBehind) {
+  // 2-byte jobs of 100 bytes (400 in all) and 4-byte jobs of 200, 200, 400
+  // (800 in all), queued grouped as a state dict's weights and moments are.
+  std::vector<ChunkJob> jobs{JobOf(100, 2), JobOf(100, 2), JobOf(100, 2), JobOf(100, 2),
+                             JobOf(200, 4), JobOf(200, 4), JobOf(400, 4)};
+  // Shares placed before each pick (2-byte vs 4-byte): 0 vs 0 (tie: the
+  // smaller size), 1/4 vs 0, 1/4 vs 1/4, 2/4 vs 1/4, 2/4 vs 2/4, 3/4 vs 2/4,
+  // 3/4 vs 1.
+  EXPECT_EQ(SpreadElementSizes(jobs), (std::vector<size_t>{0, 4, 1, 5, 2, 6, 3}));
+}
+
+TEST(SpreadElementSizesTest, EveryJobExactlyOnceInGroupOrder) {
+  std::vector<ChunkJob> jobs;
+  for (size_t i = 0; i < 500; ++i) {
+    jobs.push_back(JobOf((i * 7919) % 4096 + (i % 11 == 0 ? 0 : 1), size_t{1} << (i % 4)));
+  }
+  std::vector<size_t> order = SpreadElementSizes(jobs);
+  ASSERT_EQ(order.size(), jobs.size());
+  std::vector<bool> seen(jobs.size());
+  std::map<size_t, size_t> last;  // element size -> last index taken
+  for (size_t i : order) {
+    ASSERT_LT(i, jobs.size());
+    EXPECT_FALSE(seen[i]);
+    seen[i] = true;
+    auto it = last.find(jobs[i].element_size);
+    if (it != last.end()) {
+      EXPECT_LT(it->second, i);
+    }
+    last[jobs[i].element_size] = i;
+  }
+}
+
 // A state of many tensors, some larger than a chunk, of 1-, 2- and 4-byte
 // elements, some incompressible.
 Value MixedState() {
@@ -183,36 +230,86 @@ std::string SaveBytes(const std::string& path, const Value& state, SaveOptions o
   return ckfmt_test::ReadFileBytes(path);
 }
 
-TEST(WriterPipelineTest, SameBytesWhateverThreadsStagingAndDeferral) {
+TEST(WriterPipelineTest, SameBytesWhateverThreadsAndStaging) {
   ckfmt_test::ScopedTempDir dir;
   const Value state = MixedState();
   // Uncompressed batches are sized by the threads too (one chunk per
   // thread but one), so every codec's file must not depend on them.
   for (Codec codec : {Codec::kNone, Codec::kZstd, Codec::kBytePlaneZstd}) {
-    std::string first;
-    int n = 0;
-    for (unsigned threads : {1u, 2u, 4u}) {
-      for (uint64_t block : {uint64_t{4096}, uint64_t{1} << 20}) {
-        for (bool deferred : {true, false}) {
+    for (bool deferred : {true, false}) {
+      std::string first;
+      int n = 0;
+      for (unsigned threads : {1u, 2u, 4u}) {
+        for (uint64_t block : {uint64_t{4096}, uint64_t{1} << 20}) {
           SaveOptions o;
           o.codec = codec;
           o.chunk_size = 48 << 10;
           o.io.threads = threads;
           o.io.block_size = block;
           o.io.staging_bytes = 4 * block;
-          std::string bytes =
-              SaveBytes(dir.File("c" + std::to_string(n++)), state, o, deferred);
+          std::string file = dir.File("c" + std::to_string(deferred) + "_" + std::to_string(n++));
+          std::string bytes = SaveBytes(file, state, o, deferred);
           ASSERT_FALSE(bytes.empty());
           if (first.empty()) first = bytes;
           EXPECT_TRUE(bytes == first) << CodecName(uint8_t(codec)) << " threads " << threads
                                       << " block " << block << " deferred " << deferred;
         }
       }
+      Value back{Dict{}};
+      ASSERT_TRUE(Load(dir.File("c" + std::to_string(deferred) + "_0"), &back).ok());
+      EXPECT_TRUE(ckfmt_test::ValuesBitwiseEqual(state, back));
     }
-    Value back{Dict{}};
-    ASSERT_TRUE(Load(dir.File("c0"), &back).ok());
-    EXPECT_TRUE(ckfmt_test::ValuesBitwiseEqual(state, back));
+    // Deferral changes at most where the chunks lie.
+    EXPECT_EQ(ckfmt_test::StoredChunksByEntry(dir.File("c1_0")),
+              ckfmt_test::StoredChunksByEntry(dir.File("c0_0")))
+        << CodecName(uint8_t(codec));
+    if (codec == Codec::kNone) {
+      EXPECT_TRUE(ckfmt_test::ReadFileBytes(dir.File("c1_0")) ==
+                  ckfmt_test::ReadFileBytes(dir.File("c0_0")));
+    }
   }
+}
+
+// Deferred compressed chunks are written spread out by element size: the
+// bf16 chunks of MixedState do not all come first, as they would in entry
+// order, and each tensor's chunks still follow each other in stream order.
+TEST(WriterPipelineTest, DeferredCompressedChunksAreSpreadByElementSize) {
+  ckfmt_test::ScopedTempDir dir;
+  Dict d;
+  // 5 chunks of 16 KiB per bf16 tensor, 10 per fp32 one.
+  for (int i = 0; i < 4; ++i) {
+    d.Set("w" + std::to_string(i), ckfmt_test::RandomTensor(DType::kBF16, {40960}, i));
+  }
+  for (int i = 0; i < 4; ++i) {
+    d.Set("m" + std::to_string(i), ckfmt_test::RandomTensor(DType::kF32, {40960}, 10 + i));
+  }
+  SaveOptions o;
+  o.codec = Codec::kBytePlaneZstd;
+  o.chunk_size = 16 << 10;
+  ASSERT_TRUE(Save(dir.File("s"), Value(d), o).ok());
+  auto reader = CheckpointReader::Open(dir.File("s"));
+  ASSERT_TRUE(reader.ok());
+  // Chunks in file order: the element size of each.
+  std::vector<std::pair<uint64_t, size_t>> by_offset;
+  for (const EntryRecord& e : (*reader)->index().entries) {
+    uint64_t prev = 0;
+    for (const ChunkRecord& c : e.pieces.at(0).chunks) {
+      EXPECT_GT(c.offset, prev) << FormatKeyPath(e.path) << ": chunks out of stream order";
+      prev = c.offset;
+      by_offset.push_back({c.offset, DTypeSize(e.dtype)});
+    }
+  }
+  std::sort(by_offset.begin(), by_offset.end());
+  ASSERT_EQ(by_offset.size(), 20u + 40u);
+  // In every stretch of 6 chunks, 2 are bf16 (a third of the bytes).
+  for (size_t i = 0; i + 6 <= by_offset.size(); i += 6) {
+    size_t bf16 = 0;
+    for (size_t k = i; k < i + 6; ++k) bf16 += by_offset[k].second == 2;
+    EXPECT_EQ(bf16, 2u) << "chunks " << i << ".." << i + 5;
+  }
+  Value back{Dict{}};
+  ASSERT_TRUE(Load(dir.File("s"), &back).ok());
+  EXPECT_TRUE(ckfmt_test::ValuesBitwiseEqual(Value(d), back));
 }
 
 }  // namespace

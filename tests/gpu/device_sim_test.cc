@@ -43,9 +43,13 @@ TEST_P(DeviceCodecTest, SaveFromDeviceRoundTripsBitwise) {
   CKFMT_ASSERT_OK(stats);
   EXPECT_GT(ops().bytes_to_host(), 0u);
   EXPECT_EQ(DiffValues(LoadToHost(dir.File("a.ckfmt")), host), "");
-  // The same state saved from the host gives the same file bytes.
+  // The same state saved from the host gives the same chunks (compressed
+  // host chunks may lie in another order: SpreadElementSizes).
   CKFMT_ASSERT_OK(Save(dir.File("h.ckfmt"), host, SmallSaveOptions(GetParam())));
-  EXPECT_TRUE(ReadFileBytes(dir.File("a.ckfmt")) == ReadFileBytes(dir.File("h.ckfmt")));
+  if (GetParam() == Codec::kNone) {
+    EXPECT_TRUE(ReadFileBytes(dir.File("a.ckfmt")) == ReadFileBytes(dir.File("h.ckfmt")));
+  }
+  EXPECT_EQ(StoredChunksByEntry(dir.File("a.ckfmt")), StoredChunksByEntry(dir.File("h.ckfmt")));
 }
 
 TEST_P(DeviceCodecTest, LoadInPlaceIntoDeviceTensors) {

@@ -320,6 +320,28 @@ bool ContainsPath(const std::vector<KeyPath>& paths, const KeyPath& p) {
   return false;
 }
 
+std::string StoredChunksByEntry(const std::string& path) {
+  auto reader = CheckpointReader::Open(path);
+  if (!reader.ok()) {
+    ADD_FAILURE() << reader.status().ToString();
+    return "";
+  }
+  std::string s;
+  for (const EntryRecord& e : (*reader)->index().entries) {
+    s += FormatKeyPath(e.path) + ":";
+    for (const PieceRecord& p : e.pieces) {
+      s += " [";
+      for (const ChunkRecord& c : p.chunks) {
+        s += " " + std::to_string(c.stored_size) + "/" + std::to_string(c.raw_size) + "/" +
+             std::to_string(c.checksum) + "/" + std::to_string(c.codec);
+      }
+      s += " ]";
+    }
+    s += "\n";
+  }
+  return s;
+}
+
 std::string PathsToString(const std::vector<KeyPath>& paths) {
   std::string s = "{";
   for (const auto& p : paths) s += " " + FormatKeyPath(p);

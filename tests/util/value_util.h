@@ -62,6 +62,12 @@ std::string PathsToString(const std::vector<ckfmt::KeyPath>& paths);
 // Whether `message` names `path` (FormatKeyPath or DottedKeyPath form).
 bool MentionsPath(const std::string& message, const ckfmt::KeyPath& path);
 
+// A checkpoint's entries in index order with each piece's chunks (stored
+// and raw size, checksum, codec), without their offsets: equal for files
+// that hold the same encoded chunks, wherever in the data region they lie.
+// "" (and a test failure) if the file does not open.
+std::string StoredChunksByEntry(const std::string& path);
+
 // Save options with small chunks and blocks, so a few hundred KiB exercise
 // chunking, block boundaries and staging wrap-around.
 ckfmt::SaveOptions SmallSaveOptions(ckfmt::Codec codec = ckfmt::Codec::kNone);
