@@ -143,14 +143,15 @@ def main():
 
     systems = {
         "ckfmt": (lambda p: ck.save(p, sd), lambda p: ck.load(p, dst), "a.ckfmt"),
-        "ckfmt-nocheck": (None, lambda p: ck.load(p, dst, verify=False), "a.ckfmt"),
         "ckfmt-byteplane": (lambda p: ck.save(p, sd, "byteplane-zstd"), lambda p: ck.load(p, dst), "b.ckfmt"),
         "torch.save": (torch_save, torch_load, "a.pt"),
         "dcp": (dcp_save, dcp_load, "dcp"),
         "safetensors": (sf_save, sf_load, "a.safetensors"),
     }
-    times = {name: {"save": [], "load": []} for name in systems}
+    rows = ["ckfmt", "ckfmt-nocheck"] + [n for n in systems if n != "ckfmt"]
+    times = {name: {"save": [], "load": []} for name in rows}
     raw_next_to_load = []  # GiB/s of whole 4 MiB blocks
+    checksum_cost = []     # per run: load time with checksums / without, paired
 
     def raw_read(p):
         if not (args.raw_tool and os.access(args.raw_tool, os.X_OK)):
@@ -195,6 +196,19 @@ def main():
                 # The same file read raw, next to its load: the disk's speed
                 # drifts within a run, so only this pairing isolates ckfmt's share.
                 raw_next_to_load.append(raw_read(p))
+                # The checksums' cost: ckfmt's file loaded with and without
+                # them, each from a dropped cache after a read (the raw one,
+                # then each other), in alternating order. The timed load above
+                # follows a save, and this disk reads slower after writes, so
+                # it is no fair partner for an unchecked load.
+                pair = {}
+                for verify in ((True, False) if run % 2 == 0 else (False, True)):
+                    sync_and_drop(p)
+                    t0 = time.perf_counter()
+                    ck.load(p, dst, verify=verify)
+                    pair[verify] = time.perf_counter() - t0
+                times["ckfmt-nocheck"]["load"].append(pair[False])
+                checksum_cost.append(pair[True] / pair[False])
             if run == 0 and name.startswith("ckfmt"):
                 bad = [k for k in sd if not torch.equal(sd[k], dst[k])]
                 assert not bad, f"{name}: {len(bad)} tensors differ after load, e.g. {bad[0]}"
@@ -215,7 +229,7 @@ def main():
         r = [gib / t for t in ts]
         return statistics.median(r), min(r), max(r)
     print(f"\n{'system':<16} {'save GiB/s (med, min-max)':>28} {'load GiB/s (med, min-max)':>28}")
-    for name in systems:
+    for name in times:
         cells = []
         for op in ("save", "load"):
             if times[name][op]:
@@ -237,7 +251,8 @@ def main():
     for other in ("torch.save", "dcp", "safetensors"):
         print(f"  vs {other:<12} save {med[other]['save'] / med['ckfmt-byteplane']['save']:5.2f}x   "
               f"load {med[other]['load'] / med['ckfmt-byteplane']['load']:5.2f}x")
-    print(f"  checksum cost on load: {med['ckfmt']['load'] / med['ckfmt-nocheck']['load']:.3f}x")
+    print(f"  checksum cost on load: {statistics.median(checksum_cost):.3f}x (median over runs of"
+          f" the time with checksums / without, paired: {' '.join(f'{c:.3f}' for c in checksum_cost)})")
     paired = [gib / t / r for t, r in zip(times["ckfmt"]["load"], raw_next_to_load) if r]
     if paired:
         print(f"  ckfmt load / raw read of the same file next to it (median of runs): "
