@@ -54,7 +54,9 @@ Result<StoredChunk> EncodeForStorage(Codec codec, int level, const ChunkJob& job
 // has twice the exponent bytes of an fp32 one to entropy-code), and a
 // state's tensors come grouped (the bf16 weights, then the fp32 optimizer
 // moments), so in queue order the cores are the bottleneck for the one
-// group and the disk for the other. Spread out, both stay busy throughout.
+// group and the disk for the other. Spread out, the load is even (2 GiB
+// byte-plane save, 15 alternations: 1.02x its paired raw write against
+// 0.97x in queue order).
 std::vector<size_t> SpreadElementSizes(const std::vector<ChunkJob>& jobs);
 
 class EncodePipeline {
