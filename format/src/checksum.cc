@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "uncached_store.h"
+
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -53,10 +55,6 @@ void HashUpdate(XXH3_state_t* state, const void* data, size_t size) {
 // Small enough to stay in L1/L2 between the copy and the hash, large enough
 // that the per-block overhead of the streaming state is noise.
 constexpr size_t kBlock = 64 << 10;
-// Below this, a copy's destination may well be read again soon; above it,
-// streaming stores skip reading each destination line before overwriting
-// it and leave the cache to the next blocks.
-constexpr size_t kMinStreamed = 256 << 10;
 
 // memcpy with non-temporal stores, ordered by a fence at the end.
 void StreamBlock(uint8_t* __restrict d, const uint8_t* __restrict s, size_t n) {
@@ -84,18 +82,12 @@ void StreamBlock(uint8_t* __restrict d, const uint8_t* __restrict s, size_t n) {
 #endif
 }
 
-void StoreFence() {
-#if defined(__SSE2__)
-  _mm_sfence();  // streaming stores are weakly ordered
-#endif
-}
-
 }  // namespace
 
 uint64_t Checksum(const void* data, size_t size) { return Hash(data, size); }
 
 void CopyUncached(void* dst, const void* src, size_t size) {
-  if (size < kMinStreamed) {
+  if (size < kMinUncachedBytes) {
     std::memcpy(dst, src, size);
     return;
   }
@@ -108,7 +100,7 @@ uint64_t CopyAndChecksum(void* dst, const void* src, size_t size) {
     std::memcpy(dst, src, size);
     return Hash(dst, size);
   }
-  const bool stream = size >= kMinStreamed;
+  const bool stream = size >= kMinUncachedBytes;
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
   auto* d = static_cast<uint8_t*>(dst);

@@ -12,8 +12,9 @@
 // Speed matters as much as size here: a compressed save must outrun the
 // disk. So raw planes are split straight into the output and joined
 // straight from the input, Split/Join use SSE2 for 2- and 4-byte elements,
-// and at fast levels exponent planes are coded as literal-only zstd frames
-// (see LiteralOnlyContext). Every plane is still one standard zstd frame.
+// a large chunk's join stores around the cache, and at fast levels
+// exponent planes are coded as literal-only zstd frames (see
+// LiteralOnlyContext). Every plane is still one standard zstd frame.
 #define ZSTD_STATIC_LINKING_ONLY  // ZSTD_registerSequenceProducer, literal mode
 #include <zstd.h>
 
@@ -34,6 +35,7 @@
 
 #include "ckfmt/codec.h"
 #include "ckfmt/file_layout.h"
+#include "uncached_store.h"
 #include "zstd_context.h"
 
 namespace ckfmt {
@@ -176,21 +178,36 @@ void Split(const uint8_t* __restrict in, size_t e, size_t n, uint8_t* const* dst
   }
 }
 
-// The inverse of Split: out[i * e + p] = src[p][i].
-void Join(const uint8_t* const* src, size_t e, size_t n, uint8_t* __restrict out) {
-  size_t i = 0;
+#if defined(__SSE2__)
+template <bool kUncached>
+inline void Store16(uint8_t* p, __m128i v) {
+  if constexpr (kUncached) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), v);
+  } else {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), v);
+  }
+}
+#endif
+
+// The inverse of Split for elements [begin, end): out[i * e + p] =
+// src[p][i]. kUncached stores around the cache. REQUIRES for kUncached:
+// out + begin * e is 16-byte aligned.
+template <bool kUncached>
+void JoinRange(const uint8_t* const* src, size_t e, size_t begin, size_t end,
+               uint8_t* __restrict out) {
+  size_t i = begin;
   if (e == 2) {
     const uint8_t* __restrict s0 = src[0];
     const uint8_t* __restrict s1 = src[1];
 #if defined(__SSE2__)
-    for (; i + 16 <= n; i += 16) {
+    for (; i + 16 <= end; i += 16) {
       __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s0 + i));
       __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s1 + i));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), _mm_unpacklo_epi8(a, b));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i + 16), _mm_unpackhi_epi8(a, b));
+      Store16<kUncached>(out + 2 * i, _mm_unpacklo_epi8(a, b));
+      Store16<kUncached>(out + 2 * i + 16, _mm_unpackhi_epi8(a, b));
     }
 #endif
-    for (; i < n; ++i) {
+    for (; i < end; ++i) {
       out[2 * i] = s0[i];
       out[2 * i + 1] = s1[i];
     }
@@ -202,21 +219,21 @@ void Join(const uint8_t* const* src, size_t e, size_t n, uint8_t* __restrict out
     const uint8_t* __restrict s2 = src[2];
     const uint8_t* __restrict s3 = src[3];
 #if defined(__SSE2__)
-    for (; i + 16 <= n; i += 16) {
+    for (; i + 16 <= end; i += 16) {
       __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s0 + i));
       __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s1 + i));
       __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s2 + i));
       __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s3 + i));
       __m128i ab_lo = _mm_unpacklo_epi8(a, b), ab_hi = _mm_unpackhi_epi8(a, b);
       __m128i cd_lo = _mm_unpacklo_epi8(c, d), cd_hi = _mm_unpackhi_epi8(c, d);
-      __m128i* o = reinterpret_cast<__m128i*>(out + 4 * i);
-      _mm_storeu_si128(o, _mm_unpacklo_epi16(ab_lo, cd_lo));
-      _mm_storeu_si128(o + 1, _mm_unpackhi_epi16(ab_lo, cd_lo));
-      _mm_storeu_si128(o + 2, _mm_unpacklo_epi16(ab_hi, cd_hi));
-      _mm_storeu_si128(o + 3, _mm_unpackhi_epi16(ab_hi, cd_hi));
+      uint8_t* o = out + 4 * i;
+      Store16<kUncached>(o, _mm_unpacklo_epi16(ab_lo, cd_lo));
+      Store16<kUncached>(o + 16, _mm_unpackhi_epi16(ab_lo, cd_lo));
+      Store16<kUncached>(o + 32, _mm_unpacklo_epi16(ab_hi, cd_hi));
+      Store16<kUncached>(o + 48, _mm_unpackhi_epi16(ab_hi, cd_hi));
     }
 #endif
-    for (; i < n; ++i) {
+    for (; i < end; ++i) {
       out[4 * i] = s0[i];
       out[4 * i + 1] = s1[i];
       out[4 * i + 2] = s2[i];
@@ -226,8 +243,26 @@ void Join(const uint8_t* const* src, size_t e, size_t n, uint8_t* __restrict out
   }
   for (size_t p = 0; p < e; ++p) {
     const uint8_t* __restrict s = src[p];
-    for (i = 0; i < n; ++i) out[e * i + p] = s[i];
+    for (i = begin; i < end; ++i) out[e * i + p] = s[i];
   }
+}
+
+// Joins the planes into `out`. A large output of 2- or 4-byte elements
+// (a chunk decoded into a caller's tensor, not read again soon) is stored
+// around the cache from its first 16-byte boundary on: measured on cold
+// buffers here, 1.4-1.6x the speed of cached stores.
+void Join(const uint8_t* const* src, size_t e, size_t n, uint8_t* out) {
+#if defined(__SSE2__)
+  const size_t to_boundary = (16 - reinterpret_cast<uintptr_t>(out) % 16) % 16;
+  if ((e == 2 || e == 4) && n * e >= kMinUncachedBytes && to_boundary % e == 0) {
+    const size_t head = to_boundary / e;
+    JoinRange<false>(src, e, 0, head, out);
+    JoinRange<true>(src, e, head, n, out);
+    StoreFence();
+    return;
+  }
+#endif
+  JoinRange<false>(src, e, 0, n, out);
 }
 
 // A sample of each plane, to decide how to code it: all of a small chunk,

@@ -1,9 +1,12 @@
 // Chunk codecs: round trips and every decode failure.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "ckfmt/codec.h"
 
@@ -265,6 +268,33 @@ TEST(BytePlaneCodecTest, RawPlanesHoldEachElementsBytesAndJoinBack) {
 }
 
 // The ratios the fast path must keep on training-state values: bf16
+
+// Large outputs are joined around the cache from their first 16-byte
+// boundary on, with a cached head before it; outputs whose boundary falls
+// inside an element are joined cached throughout. Every placement of the
+// output within 16 bytes, just below and above the size where that starts.
+TEST(BytePlaneCodecTest, LargeOutputsJoinBackAtEveryAlignment) {
+  for (size_t esize : {size_t{2}, size_t{4}}) {
+    for (size_t bytes : {size_t{256 << 10} - 64, size_t{256 << 10}, size_t{(256 << 10) + 4 * 37}}) {
+      std::string raw = FloatLike(bytes / esize, esize, bytes + esize);
+      std::string stored = Encode(Codec::kBytePlaneZstd, raw, 1, esize);
+      std::vector<char> out(raw.size() + 16 + 16);
+      char* base = out.data() + (16 - reinterpret_cast<uintptr_t>(out.data()) % 16) % 16;
+      for (size_t shift = 0; shift < 16; ++shift) {
+        std::fill(out.begin(), out.end(), '\x77');
+        ASSERT_TRUE(DecodeChunk(uint8_t(Codec::kBytePlaneZstd), stored.data(), stored.size(),
+                                base + shift, raw.size()).ok());
+        ASSERT_EQ(std::string(base + shift, raw.size()), raw)
+            << "esize=" << esize << " bytes=" << bytes << " shift=" << shift;
+        // Nothing written outside the output.
+        for (char* p = out.data(); p < base + shift; ++p) ASSERT_EQ(*p, '\x77');
+        for (char* p = base + shift + raw.size(); p < out.data() + out.size(); ++p) {
+          ASSERT_EQ(*p, '\x77');
+        }
+      }
+    }
+  }
+}
 // weights, fp32 AdamW exp_avg and exp_avg_sq.
 TEST(BytePlaneCodecTest, FastLevelRatioOnTrainingLikeValues) {
   const size_t n = 1 << 20;  // bytes, a quarter of the writer's chunk
