@@ -3,7 +3,12 @@
 // temporary files behind.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
 #include <functional>
+#include <thread>
 
 #include "ckfmt/reader.h"
 #include "ckfmt/writer.h"
@@ -222,6 +227,32 @@ TEST_F(AtomicCommitTest, OpenReaderKeepsReadingTheOldFileAcrossACommit) {
     CKFMT_ASSERT_OK(ckfmt::Load(path, &sd2));
     EXPECT_TRUE(ValuesBitwiseEqual(fresh, sd2));
   }
+}
+
+size_t OpenDescriptors() {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) n += e.exists() ? 1 : 0;
+  return n;
+}
+
+// A large file replaced by a commit is freed on a background thread (file.h,
+// CommitRename): the new checkpoint is in place when Save() returns, and the
+// reference that kept the old file alive across the rename is let go.
+TEST_F(AtomicCommitTest, ReplacedLargeFileIsReleased) {
+  ASSERT_EQ(::truncate(path.c_str(), off_t{64} << 20), 0);  // sparse, 64 MiB
+  const size_t before = OpenDescriptors();
+  Value fresh = MakeRichStateDict(25);
+  CKFMT_ASSERT_OK(ckfmt::Save(path, fresh, SmallSaveOptions()));
+  Value sd = Dict{};
+  CKFMT_ASSERT_OK(ckfmt::Load(path, &sd));
+  EXPECT_TRUE(ValuesBitwiseEqual(fresh, sd));
+  EXPECT_EQ(dir.List().size(), 1u) << ::testing::PrintToString(dir.List());
+  size_t now = OpenDescriptors();
+  for (int i = 0; i < 500 && now > before; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    now = OpenDescriptors();
+  }
+  EXPECT_EQ(now, before) << "the replaced file is still held open";
 }
 
 TEST_F(AtomicCommitTest, NewPathLeavesNothingOnFailure) {
