@@ -266,6 +266,9 @@ int main(int argc, char** argv) {
 
   Series raw_w{"raw write (io_uring O_DIRECT 4MiB QD8, allocated +fsync)"};
   Series raw_r{"raw read  (io_uring O_DIRECT 4MiB QD8, fresh file)"};
+  // The same read while every core spins (BusyCores): a load or verify that
+  // decodes on every core gets no more from the disk than this.
+  Series raw_r_busy{"raw read, every core busy (nice 19)"};
   Series mcp{"memcpy of the state (1 thread)"};
   Series async_blocked{"async save, caller blocked (state / time)"};
   Series warm_load{"ckfmt load (none, page cache warm)"};
@@ -475,10 +478,20 @@ int main(int argc, char** argv) {
     const double tr = RawTransfer(raw_path, raw_bytes, /*write=*/false, rawio);
     raw_r.Busy(d0, DiskBusyMs(args.dir), tr);
     raw_r.gibs.push_back(double(raw_bytes) / kGiB / tr);
+    DropCache(raw_path);
+    {
+      BusyCores busy;
+      d0 = DiskBusyMs(args.dir);
+      const double tb = RawTransfer(raw_path, raw_bytes, /*write=*/false, rawio);
+      raw_r_busy.Busy(d0, DiskBusyMs(args.dir), tb);
+      raw_r_busy.gibs.push_back(double(raw_bytes) / kGiB / tb);
+    }
     RemoveAndSettle(raw_path);
     if (!args.one_copy) mcp.gibs.push_back(MemcpyGiBs(L, src, &dst));
-    std::printf("  run %d: raw write %.3f GiB/s, raw read %.3f GiB/s, memcpy %.2f GiB/s\n", run,
-                raw_w.gibs.back(), raw_r.gibs.back(), args.one_copy ? 0.0 : mcp.gibs.back());
+    std::printf("  run %d: raw write %.3f GiB/s, raw read %.3f GiB/s (every core busy: %.3f), "
+                "memcpy %.2f GiB/s\n",
+                run, raw_w.gibs.back(), raw_r.gibs.back(), raw_r_busy.gibs.back(),
+                args.one_copy ? 0.0 : mcp.gibs.back());
     if (!args.one_copy) do_async(run);
     std::fflush(stdout);
     for (CodecRows& cr : rows) {
@@ -542,6 +555,7 @@ int main(int argc, char** argv) {
   };
   row(raw_w, nullptr);
   row(raw_r, nullptr);
+  row(raw_r_busy, &raw_r);
   row(mcp, nullptr);
   row(async_blocked, &mcp);
   row(warm_load, &mcp);
@@ -557,7 +571,8 @@ int main(int argc, char** argv) {
   std::sort(open_ms.begin(), open_ms.end());
   std::printf("'vs raw' = median of the row / median of the raw write next to the save (saves)\n"
               "         or of the raw read of the same file next to the load (loads); of memcpy\n"
-              "         for the async and page-cache-warm rows;\n"
+              "         for the async and page-cache-warm rows; of the raw read for the\n"
+              "         every-core-busy read;\n"
               "'paired' = median over runs of (the row's figure / the same run's raw figure).\n"
               "'+RSS' = max over runs of the peak RSS during the operation minus the RSS before it\n"
               "         (VmHWM, reset through /proc/self/clear_refs before each operation).\n"
@@ -590,6 +605,7 @@ int main(int argc, char** argv) {
   kv("runs=%d", args.runs);
   kv("raw_write=%.3f", raw_w.Median());
   kv("raw_read=%.3f", raw_r.Median());
+  kv("raw_read_busy_paired=%.2f", paired(raw_r_busy, raw_r));
   kv("memcpy=%.2f", mcp.Median());
   if (!async_blocked.gibs.empty()) {
     // Blocked time over memcpy time, steady state (median over runs).

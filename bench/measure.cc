@@ -231,4 +231,20 @@ double OpMeter::Stop(Series& s) {
   return seconds;
 }
 
+BusyCores::BusyCores() {
+  const unsigned n = std::max(1u, std::thread::hardware_concurrency());
+  for (unsigned i = 0; i < n; ++i) {
+    threads_.emplace_back([this] {
+      (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);  // this thread only
+      while (!stop_.load(std::memory_order_relaxed)) {
+      }
+    });
+  }
+}
+
+BusyCores::~BusyCores() {
+  stop_ = true;
+  for (std::thread& t : threads_) t.join();
+}
+
 }  // namespace ckfmt::bench

@@ -4,10 +4,12 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace ckfmt::bench {
@@ -67,6 +69,24 @@ struct RawIo {
 // engine allocates ahead of its writes; where the file system cannot, it
 // writes on) and includes the allocation and its fsync.
 double RawTransfer(const std::string& path, uint64_t bytes, bool write, RawIo& io);
+
+// While alive, a thread per hardware thread spins at the lowest priority
+// (nice 19): what a raw transfer gets from the disk while every core is
+// busy, as it is during a load that decodes on all of them. The priority
+// keeps the transfer's own thread first in line for a core, so a slowdown
+// is the machine's (a VM's virtual disk needs host CPU time too), not the
+// scheduler's.
+class BusyCores {
+ public:
+  BusyCores();
+  ~BusyCores();
+  BusyCores(const BusyCores&) = delete;
+  BusyCores& operator=(const BusyCores&) = delete;
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
 
 // One row of results: a figure per run, with what each run cost.
 struct Series {

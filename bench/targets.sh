@@ -56,5 +56,7 @@ row "5 load with checksums / load without (time)" "$checksum_cost" "<=" 1.05
 row "5 ckfmt verify / raw read, uncompressed file, paired" "$(val verify_none_paired)" ">=" 0.95
 row "5 ckfmt verify / raw read, byte-plane file, paired" "$(val verify_byteplane_zstd_paired)" ">=" 0.95
 row "5 ckfmt verify / raw read, zstd file, paired" "$(val verify_zstd_paired)" ">=" 0.95
+echo "  (raw read with every core busy / idle raw read, paired: $(val raw_read_busy_paired);" \
+     "loads and verifies that decode on every core get no more from this disk)"
 echo "6 bounded memory: extra RSS save $(val save_extra_rss_mib) MiB, load $(val load_extra_rss_mib) MiB" \
      "here; for 1 vs 8 GiB states run ckfmt-bench-e2e --one-copy --size-gib 1 and 8 (README)"
