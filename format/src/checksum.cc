@@ -59,7 +59,7 @@ constexpr size_t kBlock = 64 << 10;
 // memcpy with non-temporal stores, ordered by a fence at the end.
 void StreamBlock(uint8_t* __restrict d, const uint8_t* __restrict s, size_t n) {
 #if defined(__SSE2__)
-  const size_t head = (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16;
+  const size_t head = BytesToUncachedStart(d);
   if (n < head + 64) {
     std::memcpy(d, s, n);
     return;

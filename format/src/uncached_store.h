@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -15,6 +16,12 @@ namespace ckfmt {
 
 // Below this, output may well be read again soon and stays cached.
 constexpr size_t kMinUncachedBytes = 256 << 10;
+
+// Bytes from `p` to the next 16-byte boundary, where 16-byte non-temporal
+// stores can start.
+inline size_t BytesToUncachedStart(const void* p) {
+  return (16 - reinterpret_cast<uintptr_t>(p) % 16) % 16;
+}
 
 // Orders non-temporal stores (weakly ordered) before what follows.
 inline void StoreFence() {
