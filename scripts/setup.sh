@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake g++ ninja-build pkg-config
-          liburing-dev libzstd-dev libxxhash-dev zlib1g-dev
+          liburing-dev libzstd-dev libxxhash-dev libdeflate-dev
           libflatbuffers-dev flatbuffers-compiler
           libgtest-dev libbenchmark-dev
           libcli11-dev nlohmann-json3-dev libfmt-dev

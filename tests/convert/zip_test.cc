@@ -1,6 +1,8 @@
 // The zip reader and writer: ZIP64, alignment, CRC checks on data.
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "convert_test_util.h"
 #include "crc32.h"
 #include "file_io.h"
@@ -9,6 +11,23 @@
 
 namespace ckfmt::convert::testing {
 namespace {
+
+// zip's CRC-32: the standard check value, and running updates over any
+// split equal one pass (the readers feed it piece by piece).
+TEST(Zip, Crc32MatchesTheStandardAndUpdatesInPieces) {
+  EXPECT_EQ(Crc32(0, "123456789", 9), 0xCBF43926u);
+  EXPECT_EQ(Crc32(0, "", 0), 0u);
+  std::vector<uint8_t> data((20 << 20) + 7);
+  uint32_t x = 1;
+  for (auto& b : data) b = uint8_t((x = x * 1664525u + 1013904223u) >> 24);
+  const uint32_t whole = Crc32(0, data.data(), data.size());
+  for (size_t cut : {size_t{1}, size_t{4095}, size_t{16} << 20, data.size() - 1}) {
+    uint32_t c = Crc32(0, data.data(), cut);
+    EXPECT_EQ(Crc32(c, data.data() + cut, data.size() - cut), whole) << "cut at " << cut;
+  }
+  data[12345] ^= 1;
+  EXPECT_NE(Crc32(0, data.data(), data.size()), whole);
+}
 
 TEST(Zip, WriterReaderRoundTripAlignedAndZip64) {
   std::string dir = MakeTempDir("zip");
