@@ -17,7 +17,7 @@ class CkfmtTensorSource : public TensorSource {
   KeyPath path;
   std::vector<Region> piece_regions;  // for partial entries
 
-  Status Stream(uint64_t budget, const PieceFn& fn) override {
+  Status Stream(PieceMemory& memory, const PieceFn& fn) override {
     uint64_t numel = 1;
     for (uint64_t d : shape) numel *= d;
     if (numel == 0) return fn(Region::Whole(shape), 0, nullptr, 0);
@@ -31,21 +31,19 @@ class CkfmtTensorSource : public TensorSource {
       for (size_t i = 0; i < order.size(); ++i) order[i] = i;
       const uint64_t esize = DTypeSize(dtype);
       CKFMT_RETURN_IF_ERROR(SplitBoxes(
-          shape, order, budget, [&](const Region& r) { return r.NumElements() * esize; },
+          shape, order, memory.budget(), [&](const Region& r) { return r.NumElements() * esize; },
           [&](const Region& r) {
             boxes.push_back(r);
             return Status::OK();
           }));
     }
-    std::vector<uint8_t> bufs[2];
     return StreamWithReadAhead(
         boxes, 0,
         [&](const Region& r, int slot, const uint8_t** data, uint64_t* n) -> Status {
-          bufs[slot].resize(r.NumElements() * DTypeSize(dtype));
-          CKFMT_RETURN_IF_ERROR(reader->ReadRegion(path, r, bufs[slot].data()));
-          *data = bufs[slot].data();
-          *n = bufs[slot].size();
-          return Status::OK();
+          *n = r.NumElements() * DTypeSize(dtype);
+          uint8_t* out = memory.Buffer(PieceMemory::Id(slot, 0), *n);
+          *data = out;
+          return reader->ReadRegion(path, r, out);
         },
         fn);
   }
@@ -55,6 +53,7 @@ struct Walker {
   CheckpointWriter* w;
   const SinkOptions& opts;
   SinkStats* stats;
+  PieceMemory memory{opts.budget};
 
   Status Visit(const Node& n, KeyPath& path) {
     switch (n.kind) {
@@ -71,7 +70,7 @@ struct Walker {
         const TensorSource& t = *n.tensor;
         std::string key = DottedKeyPath(path);
         CKFMT_RETURN_IF_ERROR(n.tensor->Stream(
-            opts.budget, [&](const Region& r, uint32_t rank, const void* data, uint64_t nb) {
+            memory, [&](const Region& r, uint32_t rank, const void* data, uint64_t nb) {
               CKFMT_RETURN_IF_ERROR(w->AddTensorPiece(path, t.dtype, t.shape, r, rank, data));
               stats->data_bytes += nb;
               if (opts.progress) opts.progress(stats->data_bytes, opts.total_bytes, key);

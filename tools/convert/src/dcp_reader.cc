@@ -83,7 +83,7 @@ class DcpTensorSource : public TensorSource {
   std::shared_ptr<DcpFiles> files;
   TorchReadOptions topts;
 
-  Status Stream(uint64_t budget, const PieceFn& fn) override {
+  Status Stream(PieceMemory& memory, const PieceFn& fn) override {
     uint64_t numel = 1;
     for (uint64_t d : shape) numel *= d;
     if (numel == 0) return fn(Region::Whole(shape), 0, nullptr, 0);
@@ -142,7 +142,7 @@ class DcpTensorSource : public TensorSource {
                                   "-d shape, metadata says " + std::string(DTypeName(dtype)) +
                                   " of the chunk's sizes");
       }
-      CKFMT_RETURN_IF_ERROR(src->Stream(budget, [&](const Region& r, uint32_t, const void* data,
+      CKFMT_RETURN_IF_ERROR(src->Stream(memory, [&](const Region& r, uint32_t, const void* data,
                                                     uint64_t n) {
         Region g = r;
         for (size_t d = 0; d < g.offsets.size(); ++d) g.offsets[d] += c.offsets[d];

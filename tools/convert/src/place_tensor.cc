@@ -1,12 +1,12 @@
 #include "place_tensor.h"
 
-#include <vector>
+#include <algorithm>
 
 #include "crc32.h"
 
 namespace ckfmt::convert {
 
-Status PlaceTensor(OutputFile* out, uint64_t base, TensorSource& t, uint64_t budget,
+Status PlaceTensor(OutputFile* out, uint64_t base, TensorSource& t, PieceMemory& memory,
                    uint32_t* crc, const std::function<void(uint64_t)>& on_piece) {
   const uint64_t esize = DTypeSize(t.dtype);
   const uint64_t total = t.nbytes();
@@ -24,7 +24,7 @@ Status PlaceTensor(OutputFile* out, uint64_t base, TensorSource& t, uint64_t bud
     }
     return Status::OK();
   };
-  CKFMT_RETURN_IF_ERROR(t.Stream(budget, [&](const Region& r, uint32_t, const void* data,
+  CKFMT_RETURN_IF_ERROR(t.Stream(memory, [&](const Region& r, uint32_t, const void* data,
                                              uint64_t nbytes) -> Status {
     const auto* p = static_cast<const uint8_t*>(data);
     if (nbytes == 0) return Status::OK();
@@ -44,11 +44,12 @@ Status PlaceTensor(OutputFile* out, uint64_t base, TensorSource& t, uint64_t bud
     if (!in_order || next != total) {
       // Out-of-order pieces: read the bytes back.
       c = 0;
-      std::vector<uint8_t> buf(std::min<uint64_t>(total, std::max<uint64_t>(budget, 1 << 20)));
+      const uint64_t size = std::min<uint64_t>(total, std::max<uint64_t>(memory.budget(), 1 << 20));
+      uint8_t* buf = memory.Buffer(PieceMemory::Id(0, 0), size);
       for (uint64_t off = 0; off < total;) {
-        uint64_t n = std::min<uint64_t>(buf.size(), total - off);
-        CKFMT_RETURN_IF_ERROR(out->ReadAt(base + off, buf.data(), n));
-        c = Crc32(c, buf.data(), n);
+        uint64_t n = std::min<uint64_t>(size, total - off);
+        CKFMT_RETURN_IF_ERROR(out->ReadAt(base + off, buf, n));
+        c = Crc32(c, buf, n);
         off += n;
       }
     }

@@ -114,10 +114,11 @@ Result<SinkStats> WriteSafetensors(const Node& root, const std::string& path,
   CKFMT_RETURN_IF_ERROR(out->WriteAt(8, h.data(), h.size()));
   uint64_t data_start = 8 + h.size();
   SinkStats stats;
+  PieceMemory memory(options.budget);
   for (size_t i = 0; i < leaves.size(); ++i) {
     if (offsets[i] == UINT64_MAX) continue;
     CKFMT_RETURN_IF_ERROR(PlaceTensor(out.get(), data_start + offsets[i], *leaves[i].t,
-                                      options.budget, nullptr, [&](uint64_t nb) {
+                                      memory, nullptr, [&](uint64_t nb) {
                                         stats.data_bytes += nb;
                                         if (options.progress) {
                                           options.progress(stats.data_bytes, options.total_bytes,

@@ -150,6 +150,7 @@ Result<SinkStats> WriteTorchZip(const Node& root, const std::string& path,
   SinkStats stats;
   CKFMT_ASSIGN_OR_RETURN(auto out, OutputFile::Create(path));
   ZipWriter zip(out.get());
+  PieceMemory memory(options.budget);
   std::string prefix = kPrefix;
   CKFMT_RETURN_IF_ERROR(zip.AddRecord(prefix + "data.pkl", p.w.data()));
   CKFMT_RETURN_IF_ERROR(zip.AddRecord(prefix + "byteorder", "little"));
@@ -160,7 +161,7 @@ Result<SinkStats> WriteTorchZip(const Node& root, const std::string& path,
     CKFMT_ASSIGN_OR_RETURN(uint64_t off,
                            zip.BeginRecord(prefix + "data/" + std::to_string(i), t->nbytes()));
     uint32_t crc = 0;
-    CKFMT_RETURN_IF_ERROR(PlaceTensor(out.get(), off, *t, options.budget, &crc, [&](uint64_t nb) {
+    CKFMT_RETURN_IF_ERROR(PlaceTensor(out.get(), off, *t, memory, &crc, [&](uint64_t nb) {
       stats.data_bytes += nb;
       if (options.progress) options.progress(stats.data_bytes, options.total_bytes, key);
     }));

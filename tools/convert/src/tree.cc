@@ -107,7 +107,16 @@ Result<std::shared_ptr<TensorSource>> StridedTensorSource::Create(
   return std::shared_ptr<TensorSource>(std::move(s));
 }
 
-Status StridedTensorSource::Stream(uint64_t budget, const PieceFn& fn) {
+uint8_t* PieceMemory::Buffer(int id, uint64_t n) {
+  if (n > capacity_[id]) {
+    data_[id].reset();  // the old one goes first: peak memory stays n
+    data_[id].reset(new uint8_t[n]);
+    capacity_[id] = n;
+  }
+  return data_[id].get();
+}
+
+Status StridedTensorSource::Stream(PieceMemory& memory, const PieceFn& fn) {
   const size_t nd = shape.size();
   const uint64_t esize = DTypeSize(dtype);
   uint64_t numel = 1;
@@ -132,22 +141,16 @@ Status StridedTensorSource::Stream(uint64_t budget, const PieceFn& fn) {
     return std::max(span_of(box, nullptr), box.NumElements()) * esize;
   };
   std::vector<Region> boxes;
-  CKFMT_RETURN_IF_ERROR(SplitBoxes(shape, order, budget, cost, [&](const Region& box) {
+  CKFMT_RETURN_IF_ERROR(SplitBoxes(shape, order, memory.budget(), cost, [&](const Region& box) {
     if (box.NumElements()) boxes.push_back(box);
     return Status::OK();
   }));
-  struct Slot {
-    std::vector<uint8_t> out, span;
-  };
-  Slot slots[2];
-  // Fills slot.out with the box's row-major stream.
-  auto load = [&](const Region& box, Slot& slot) -> Status {
+  // Reads the box's row-major stream into `out` (n * esize bytes), through
+  // buffer `span_id` where the box is not contiguous in storage.
+  auto load = [&](const Region& box, uint8_t* out, int span_id) -> Status {
     uint64_t first = 0;
     uint64_t span_elems = span_of(box, &first);
     uint64_t n = box.NumElements();
-    auto& out = slot.out;
-    auto& span = slot.span;
-    out.resize(n * esize);
     // Contiguous in storage: the box's row-major order is storage order.
     bool contiguous = true;
     uint64_t expect = 1;
@@ -155,18 +158,18 @@ Status StridedTensorSource::Stream(uint64_t budget, const PieceFn& fn) {
       if (box.lengths[d] > 1 && stride_[d] != expect) contiguous = false;
       expect *= box.lengths[d];
     }
-    if (contiguous && span_elems == n) return read_(first * esize, out.data(), n * esize);
-    span.resize(span_elems * esize);
-    CKFMT_RETURN_IF_ERROR(read_(first * esize, span.data(), span.size()));
+    if (contiguous && span_elems == n) return read_(first * esize, out, n * esize);
+    uint8_t* span = memory.Buffer(span_id, span_elems * esize);
+    CKFMT_RETURN_IF_ERROR(read_(first * esize, span, span_elems * esize));
     // Gather: odometer over all dims but the last.
     const uint64_t inner = nd ? box.lengths[nd - 1] : 1;
     const uint64_t inner_stride = nd ? stride_[nd - 1] : 0;
     std::vector<uint64_t> idx(nd, 0);
-    uint8_t* dst = out.data();
+    uint8_t* dst = out;
     for (uint64_t done = 0; done < n; done += inner) {
       uint64_t base = 0;
       for (size_t d = 0; d + 1 < nd; ++d) base += idx[d] * stride_[d];
-      const uint8_t* src = span.data() + base * esize;
+      const uint8_t* src = span + base * esize;
       if (inner_stride == 1) {
         std::memcpy(dst, src, inner * esize);
       } else {
@@ -184,10 +187,10 @@ Status StridedTensorSource::Stream(uint64_t budget, const PieceFn& fn) {
   };
   return StreamWithReadAhead(boxes, rank, [&](const Region& box, int slot, const uint8_t** data,
                                                uint64_t* n) -> Status {
-    CKFMT_RETURN_IF_ERROR(load(box, slots[slot]));
-    *data = slots[slot].out.data();
-    *n = slots[slot].out.size();
-    return Status::OK();
+    *n = box.NumElements() * esize;
+    uint8_t* out = memory.Buffer(PieceMemory::Id(slot, 0), *n);
+    *data = out;
+    return load(box, out, PieceMemory::Id(slot, 1));
   }, fn);
 }
 
