@@ -32,7 +32,8 @@ using PieceFn = std::function<Status(const Region& region, uint32_t rank, const 
 // converted with 2.0-2.3 s of system time, 0.8-0.9 s with reuse).
 class PieceMemory {
  public:
-  // Buffer ids: a piece in flight uses the two of its read-ahead slot.
+  // Buffer ids: each read-ahead slot (0, 1) has one for the piece itself
+  // (which = 0) and one for the storage span it is gathered from (1).
   static constexpr int kBuffers = 4;
   static constexpr int Id(int slot, int which) { return 2 * slot + which; }
 
