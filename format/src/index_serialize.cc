@@ -91,14 +91,23 @@ std::string SerializeIndex(const IndexRecord& index) {
   std::vector<Offset<fb::Entry>> entries;
   entries.reserve(index.entries.size());
   for (const auto& e : index.entries) entries.push_back(BuildEntry(b, e));
+  // Each object is built in a statement of its own: arguments of one call
+  // are evaluated in an order C++ leaves open (GCC and Clang differ), and
+  // the order objects are built in decides the bytes. This is the order
+  // the golden vectors were written in.
   std::vector<Offset<fb::KeyValue>> meta;
   for (const auto& [k, v] : index.metadata) {
-    meta.push_back(fb::CreateKeyValue(b, b.CreateString(k), b.CreateString(v)));
+    auto value = b.CreateString(v);
+    auto key = b.CreateString(k);
+    meta.push_back(fb::CreateKeyValue(b, key, value));
   }
-  auto root = fb::CreateIndex(b, b.CreateString(index.writer_name),
-                              b.CreateString(index.writer_version), index.world_size,
-                              b.CreateString(index.save_mode), b.CreateVector(meta),
-                              b.CreateVector(entries));
+  auto entry_vec = b.CreateVector(entries);
+  auto meta_vec = b.CreateVector(meta);
+  auto save_mode = b.CreateString(index.save_mode);
+  auto writer_version = b.CreateString(index.writer_version);
+  auto writer_name = b.CreateString(index.writer_name);
+  auto root = fb::CreateIndex(b, writer_name, writer_version, index.world_size, save_mode,
+                              meta_vec, entry_vec);
   b.Finish(root, fb::IndexIdentifier());
   return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
 }
