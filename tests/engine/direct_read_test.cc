@@ -44,7 +44,7 @@ class DirectReadTest : public ::testing::Test {
   Value Destination() {
     const size_t bytes = original.Find({"aligned"})->as_tensor().nbytes();
     for (auto* b : {&aligned_mem, &offset_mem}) {
-      b->reset(static_cast<uint8_t*>(std::aligned_alloc(4096, bytes + 4096)));
+      *b = PagePlus(bytes);
       std::memset(b->get(), 0xa5, bytes + 4096);
     }
     Dict root;
@@ -90,6 +90,12 @@ class DirectReadTest : public ::testing::Test {
   struct Free {
     void operator()(uint8_t* p) const { std::free(p); }
   };
+  // Page-aligned memory with room for `bytes` plus a page. aligned_alloc's
+  // size must be a multiple of the alignment (C11; ASan returns null).
+  static std::unique_ptr<uint8_t, Free> PagePlus(size_t bytes) {
+    const size_t size = (bytes + 2 * 4096 - 1) / 4096 * 4096;
+    return std::unique_ptr<uint8_t, Free>(static_cast<uint8_t*>(std::aligned_alloc(4096, size)));
+  }
   ScopedTempDir dir;
   std::string path;
   Value original;
@@ -122,8 +128,7 @@ TEST_F(DirectReadTest, OneReaderLoadsAlignedThenOffsetThenAlignedAgain) {
   CKFMT_ASSERT_OK(reader);
   for (size_t offset : {size_t{0}, size_t{64}, size_t{0}}) {
     const size_t bytes = original.Find({"aligned"})->as_tensor().nbytes();
-    std::unique_ptr<uint8_t, Free> mem(
-        static_cast<uint8_t*>(std::aligned_alloc(4096, bytes + 4096)));
+    std::unique_ptr<uint8_t, Free> mem = PagePlus(bytes);
     Dict root;
     root.Set("aligned", Tensor::View(DType::kF32, {65561}, mem.get() + offset));
     Value into(std::move(root));

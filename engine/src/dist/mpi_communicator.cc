@@ -516,6 +516,7 @@ Status MpiCommunicator::AgreeOnStatus(const Status& local, const std::string& wh
   if (s.ok()) s = WaitAll(p, op, Deadline(2));
   if (!s.ok()) {
     release();
+    if (!broken()) delete[] header;
     return Status::Aborted(s.message() + " (rank 0 coordinates the agreement and did not answer)");
   }
   bool peer_missing = GetU64(header) != 0;
