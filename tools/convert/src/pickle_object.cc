@@ -1,5 +1,6 @@
 #include "pickle_object.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <unordered_map>
@@ -158,18 +159,26 @@ Status CheckGraph(const std::vector<Ref>& roots, const std::string& where) {
   struct Frame {
     Object* o;
     size_t begin, next, end;  // o's children are kids[begin, end)
+    uint16_t below = 0;       // the greatest graph_height among o's children so far
   };
   std::vector<Frame> path;
   std::vector<Object*> kids;
+  auto too_deep = [&] {
+    return Status::Unsupported(where + ": the pickle nests objects more than " +
+                               std::to_string(kMaxDepth) + " deep");
+  };
   auto enter = [&](Object* o) -> Status {
-    if (o->graph_mark == kDone) return Status::OK();
+    if (o->graph_mark == kDone) {
+      // Walked from an earlier root, perhaps one below this path: its
+      // height says how far it reaches down from here.
+      if (path.size() + o->graph_height > size_t(kMaxDepth)) return too_deep();
+      if (!path.empty()) path.back().below = std::max(path.back().below, o->graph_height);
+      return Status::OK();
+    }
     if (o->graph_mark == kOnPath) {
       return Status::Unsupported(where + ": the pickle holds a self-referencing object");
     }
-    if (path.size() >= size_t(kMaxDepth)) {
-      return Status::Unsupported(where + ": the pickle nests objects more than " +
-                                 std::to_string(kMaxDepth) + " deep");
-    }
+    if (path.size() >= size_t(kMaxDepth)) return too_deep();
     o->graph_mark = kOnPath;
     const size_t begin = kids.size();
     ForEachChild(*o, [&](const Ref& c) {
@@ -185,8 +194,10 @@ Status CheckGraph(const std::vector<Ref>& roots, const std::string& where) {
       Frame& top = path.back();
       if (top.next == top.end) {
         top.o->graph_mark = kDone;
+        const uint16_t height = top.o->graph_height = uint16_t(top.below + 1);
         kids.resize(top.begin);
         path.pop_back();
+        if (!path.empty()) path.back().below = std::max(path.back().below, height);
         continue;
       }
       CKFMT_RETURN_IF_ERROR(enter(kids[top.next++]));

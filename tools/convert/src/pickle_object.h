@@ -55,6 +55,8 @@ struct Object {
   bool b = false;
   bool disallowed = false;            // kGlobal outside the whitelist
   uint8_t graph_mark = 0;             // CheckGraph's visit state (0 before it runs)
+  bool kept = false;                  // the unpickler holds it to the end (KeepMutated)
+  uint16_t graph_height = 0;          // CheckGraph: objects on the longest path down from here
   int64_t i = 0;
   double f = 0;
   std::string s;         // kStr (UTF-8), kBytes, kBigInt (little-endian two's complement),
@@ -94,9 +96,9 @@ std::string Describe(const Object& o, int depth = 0);
 inline constexpr int kMaxDepth = 1000;
 
 // OK if the graphs below `roots` are acyclic and no path in them holds
-// more than kMaxDepth objects; otherwise Unsupported, naming `where`.
-// Walks without recursion. REQUIRES: the objects' graph_mark are 0 (as
-// made); they are left set.
+// more than kMaxDepth objects, whatever order the roots come in; otherwise
+// Unsupported, naming `where`. Walks without recursion. REQUIRES: the
+// objects' graph_mark and graph_height are 0 (as made); they are left set.
 Status CheckGraph(const std::vector<Ref>& roots, const std::string& where);
 
 // Releases the graphs below `roots` without recursion, cycles included:

@@ -220,6 +220,18 @@ class Unpickler {
   }
 
  private:
+  // Every cycle runs through a container changed after it was made (SETITEM,
+  // APPEND, BUILD): a new object holds only older ones. Keeping each such
+  // container until the end puts every cycle where TakeObjects finds it, so
+  // Unpickle refuses it and takes it apart, even one popped off the stack
+  // or dropped by an error before it could be checked: shared_ptr alone
+  // would never free it.
+  void KeepMutated(const Ref& o) {
+    if (!o->kept) {
+      o->kept = true;
+      keepalive_.push_back(o);
+    }
+  }
   Status Err(const std::string& m) const {
     return Status::Corruption(opts_.where + ": pickle offset " + std::to_string(op_pos_) + ": " + m);
   }
@@ -323,7 +335,7 @@ class Unpickler {
     return g;
   }
   Status SetItems(const Ref& d, std::vector<Ref>& kv);
-  Status Append(Object& l, std::vector<Ref> items);
+  Status Append(const Ref& l, std::vector<Ref> items);
   Result<Ref> Reduce(const Ref& callable, const Ref& args, bool newobj);
   Result<Ref> MakeTensor(const std::vector<Ref>& a, std::optional<DType> dtype);
   Status Build(Ref& obj, const Ref& state);
@@ -349,9 +361,8 @@ Status Unpickler::SetItems(const Ref& d, std::vector<Ref>& kv) {
   if (d->kind != Kind::kDict && d->kind != Kind::kCall && d->kind != Kind::kInstance) {
     return Err(std::string("SETITEM(S) on a ") + py::KindName(d->kind));
   }
-  auto [it0, fresh] = dict_keys_.try_emplace(d.get());
-  if (fresh) keepalive_.push_back(d);  // the pointer key must stay unique
-  auto& pos = it0->second;
+  KeepMutated(d);  // which also keeps the pointer key below unique
+  auto& pos = dict_keys_[d.get()];
   for (size_t i = 0; i < kv.size(); i += 2) {
     std::string k = py::KeyOf(*kv[i]);
     auto it = pos.find(k);
@@ -365,11 +376,12 @@ Status Unpickler::SetItems(const Ref& d, std::vector<Ref>& kv) {
   return Status::OK();
 }
 
-Status Unpickler::Append(Object& l, std::vector<Ref> items) {
-  if (l.kind != Kind::kList && l.kind != Kind::kSet && l.kind != Kind::kCall) {
-    return Err(std::string("APPEND(S) on a ") + py::KindName(l.kind));
+Status Unpickler::Append(const Ref& l, std::vector<Ref> items) {
+  if (l->kind != Kind::kList && l->kind != Kind::kSet && l->kind != Kind::kCall) {
+    return Err(std::string("APPEND(S) on a ") + py::KindName(l->kind));
   }
-  for (auto& r : items) l.items.push_back(std::move(r));
+  KeepMutated(l);
+  for (auto& r : items) l->items.push_back(std::move(r));
   return Status::OK();
 }
 
@@ -608,12 +620,15 @@ Status Unpickler::Build(Ref& obj, const Ref& state) {
   switch (obj->kind) {
     case Kind::kInstance:
       if (obj->state && obj->state->kind == Kind::kDict && state->kind == Kind::kDict) {
+        KeepMutated(obj->state);
         for (const auto& kv : state->dict) obj->state->dict.push_back(kv);
       } else {
+        KeepMutated(obj);
         obj->state = state;
       }
       return Status::OK();
     case Kind::kCall:
+      KeepMutated(obj);
       obj->state = state;
       return Status::OK();
     case Kind::kDict:     // OrderedDict attributes (state dicts' _metadata): dropped
@@ -834,13 +849,13 @@ Result<Ref> Unpickler::Step(uint8_t op, bool* stop) {
     case 'a': {
       CKFMT_ASSIGN_OR_RETURN(Ref v, Pop());
       CKFMT_ASSIGN_OR_RETURN(Ref * l, Top());
-      CKFMT_RETURN_IF_ERROR(Append(**l, {v}));
+      CKFMT_RETURN_IF_ERROR(Append(*l, {v}));
       return ok();
     }
     case 'e': case 0x90: {  // APPENDS, ADDITEMS
       CKFMT_ASSIGN_OR_RETURN(auto items, PopMark());
       CKFMT_ASSIGN_OR_RETURN(Ref * l, Top());
-      CKFMT_RETURN_IF_ERROR(Append(**l, std::move(items)));
+      CKFMT_RETURN_IF_ERROR(Append(*l, std::move(items)));
       return ok();
     }
     case 'q': { CKFMT_ASSIGN_OR_RETURN(uint64_t i, ReadLE<uint64_t>(1)); CKFMT_RETURN_IF_ERROR(Memo(i)); return ok(); }
