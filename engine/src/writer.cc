@@ -68,6 +68,9 @@ class CheckpointWriter::Impl {
   // host reads are deferred.
   Status AddPieceData(size_t entry, PieceRecord piece, const uint8_t* data, uint64_t size,
                       uint64_t chunk_raw, size_t element_size);
+  // The raw size of the next uncompressed chunk, at most `n`: one that
+  // would cross a multiple of the chunk size in the file ends there.
+  uint64_t FitToChunkGrid(uint64_t n, size_t element_size) const;
   // Writes every queued chunk.
   Status FlushChunks();
   Status WriteBatch(const std::vector<ChunkJob>& batch);
@@ -390,6 +393,7 @@ Status CheckpointWriter::Impl::AddPieceData(size_t entry, PieceRecord piece,
   pieces.push_back(std::move(piece));
   for (uint64_t off = 0; off < size;) {
     uint64_t n = std::min(chunk_raw, size - off);
+    if (opts_.codec == Codec::kNone) n = FitToChunkGrid(n, element_size);
     ChunkJob job{data + off, n, element_size, entry, pieces.size() - 1};
     off += n;
     if (pipeline_ && !stream_) {
@@ -407,6 +411,26 @@ Status CheckpointWriter::Impl::AddPieceData(size_t entry, PieceRecord piece,
     }
   }
   return defer_host_reads_ && !stream_ ? Status::OK() : FlushChunks();
+}
+
+// Uncompressed chunks do not cross multiples of the chunk size in the file,
+// so that with the default sizes (4 MiB chunks and I/O blocks) every full
+// staging slot starts at a multiple of 4 MiB and goes to the disk as one
+// aligned request. The header alone would otherwise put every write 4 KiB
+// off: this virtual disk took 0.73-0.80 s to accept 2 GiB of 4 MiB O_DIRECT
+// writes placed 4 KiB off a 4 MiB multiple, against 0.44-0.50 s aligned
+// (io_uring, depth 8, 3 alternations). A piece that starts between two
+// multiples gets a shorter first chunk. The grid follows the chunk size, not
+// the I/O options, so that a file's bytes do not depend on the latter.
+// Stored sizes equal raw sizes here, so where a chunk will land is known
+// before it is reserved.
+uint64_t CheckpointWriter::Impl::FitToChunkGrid(uint64_t n, size_t element_size) const {
+  const uint64_t grid = std::min<uint64_t>(opts_.chunk_size, kMaxChunkRawSize);
+  if (!IsAligned(grid)) return n;
+  uint64_t at = out_->position();
+  for (const ChunkJob& queued : queued_) at += AlignUp(queued.size);
+  const uint64_t room = (grid - at % grid) / element_size * element_size;
+  return room > 0 && room < n ? room : n;
 }
 
 Status CheckpointWriter::Impl::FlushChunks() {

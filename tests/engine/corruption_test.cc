@@ -110,7 +110,7 @@ TEST_F(CorruptionTest, ChecksumsOffLoadsTheDamagedValue) {
     if (got[i] != want[i]) ++diffs, at = i;
   }
   EXPECT_EQ(diffs, 1u);
-  EXPECT_EQ(at, 16384u + 7) << "the flipped byte is byte 7 of the second chunk";
+  EXPECT_EQ(at, layout.chunks[0].second + 7) << "the flipped byte is byte 7 of the second chunk";
   EXPECT_EQ(uint8_t(got[at] ^ want[at]), 0x10);
 }
 

@@ -232,6 +232,73 @@ TEST_F(WriterTest, DeferredSmallTensorsRoundTrip) {
 
 // Writer rules of spec §6.7 that a writer must enforce on what it is given.
 
+// Uncompressed chunks end where they would cross a multiple of the chunk
+// size in the file, so that staging slots of that size are written whole at
+// aligned offsets; whatever the threads (how many chunks are queued before
+// one is placed) and whether the writer defers its reads.
+TEST_F(WriterTest, UncompressedChunksDoNotCrossMultiplesOfTheChunkSize) {
+  constexpr uint64_t kGrid = 64 << 10;
+  Dict d;
+  d.Set("blob", Value(Bytes{"application/octet-stream", std::string(5000, 'b')}));
+  d.Set("u8", Value(RandomTensor(DType::kU8, {5001}, 1)));
+  d.Set("f32", Value(RandomTensor(DType::kF32, {70001}, 2)));
+  d.Set("bf16", Value(RandomTensor(DType::kBF16, {100003}, 3)));
+  d.Set("f64", Value(RandomTensor(DType::kF64, {3, 12345}, 4)));
+  d.Set("small", Value(RandomTensor(DType::kF32, {1000}, 5)));
+  const Value v(std::move(d));
+  for (unsigned threads : {1u, 4u}) {
+    for (bool deferred : {true, false}) {
+      SCOPED_TRACE("threads " + std::to_string(threads) + (deferred ? ", deferred" : ""));
+      const std::string path = dir.File("grid.ckfmt");
+      SaveOptions o = SmallSaveOptions();
+      o.chunk_size = kGrid;
+      o.io.threads = threads;
+      if (deferred) {
+        CKFMT_ASSERT_OK(Save(path, v, o));
+      } else {
+        auto w = CheckpointWriter::Create(path, o);
+        CKFMT_ASSERT_OK(w);
+        for (size_t i = 0; i < v.as_dict().size(); ++i) {
+          const Value& e = v.as_dict().value(i);
+          const KeyPath key{v.as_dict().key(i)};
+          if (e.kind() == Value::Kind::kBytes) {
+            CKFMT_ASSERT_OK((*w)->AddBytes(key, e.as_bytes().content_type,
+                                           e.as_bytes().data.data(), e.as_bytes().data.size()));
+          } else {
+            const Tensor& t = e.as_tensor();
+            CKFMT_ASSERT_OK((*w)->AddTensorPiece(key, t.dtype(), t.shape(),
+                                                 Region::Whole(t.shape()), 0, t.data()));
+          }
+        }
+        CKFMT_ASSERT_OK((*w)->Commit());
+      }
+      Value loaded = Dict{};
+      CKFMT_ASSERT_OK(ckfmt::Load(path, &loaded));
+      EXPECT_TRUE(ValuesBitwiseEqual(v, loaded));
+      auto r = CheckpointReader::Open(path);
+      CKFMT_ASSERT_OK(r);
+      size_t cut = 0;
+      for (const EntryRecord& e : (*r)->index().entries) {
+        for (const PieceRecord& p : e.pieces) {
+          const uint64_t bytes = p.region.NumElements() * DTypeSize(e.dtype);
+          EXPECT_LE(p.chunks.size(), (bytes + kGrid - 1) / kGrid + 1) << FormatKeyPath(e.path);
+          for (size_t k = 0; k < p.chunks.size(); ++k) {
+            const ChunkRecord& c = p.chunks[k];
+            EXPECT_EQ(c.offset / kGrid, (c.offset + c.stored_size - 1) / kGrid)
+                << FormatKeyPath(e.path) << " chunk " << k << " crosses a multiple of the chunk size";
+            if (k > 0 && k + 1 < p.chunks.size()) {  // between the first and the last: whole
+              EXPECT_EQ(c.offset % kGrid, 0u) << FormatKeyPath(e.path) << " chunk " << k;
+              EXPECT_EQ(c.raw_size, kGrid) << FormatKeyPath(e.path) << " chunk " << k;
+            }
+            if (k == 0 && c.raw_size < std::min(bytes, kGrid)) ++cut;
+          }
+        }
+      }
+      EXPECT_GE(cut, 3u) << "pieces starting between multiples get a shorter first chunk";
+    }
+  }
+}
+
 TEST_F(WriterTest, DuplicateMetadataKeysAreRefused) {  // W2
   SaveOptions o = SmallSaveOptions();
   o.metadata = {{"step", "1"}, {"step", "2"}};
