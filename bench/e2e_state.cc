@@ -146,6 +146,20 @@ uint64_t LogicalBytes(const Layout& L, const Buffers& b) {
   return L.num_params * 10 + L.params.size() * 4 + b.rng.size() + b.dataloader.size();
 }
 
+std::vector<void*> WholeBlocks(const Layout& L, const Buffers& b, size_t block) {
+  std::vector<void*> blocks;
+  for (size_t i = 0; i < L.params.size(); ++i) {
+    const uint64_t n = Numel(L.params[i].shape);
+    for (auto [p, bytes] : {std::pair{b.weights[i], n * 2}, {b.exp_avg[i], n * 4},
+                            {b.exp_avg_sq[i], n * 4}}) {
+      for (uint64_t at = 0; at + block <= bytes; at += block) {
+        blocks.push_back(static_cast<uint8_t*>(p) + at);
+      }
+    }
+  }
+  return blocks;
+}
+
 std::vector<uint64_t> TensorHashes(const Layout& L, const Buffers& b) {
   std::vector<uint64_t> h;
   for (size_t i = 0; i < L.params.size(); ++i) {

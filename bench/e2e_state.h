@@ -56,6 +56,8 @@ void FillBuffers(const Layout& L, Buffers* b);
 // The state dict over `b`'s memory (views: no copies).
 ckfmt::Value MakeStateDict(const Layout& L, const Buffers& b, int64_t step);
 uint64_t LogicalBytes(const Layout& L, const Buffers& b);
+// Every whole `block` of the state's large tensors, in state order.
+std::vector<void*> WholeBlocks(const Layout& L, const Buffers& b, size_t block);
 // One checksum per tensor: a load is checked against the state it saved
 // without keeping a second copy of it.
 std::vector<uint64_t> TensorHashes(const Layout& L, const Buffers& b);

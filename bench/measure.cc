@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "realistic_values.h"
 
@@ -157,22 +158,20 @@ RawIo::~RawIo() {
   for (void* p : bufs) std::free(p);
 }
 
-double RawTransfer(const std::string& path, uint64_t bytes, bool write, RawIo& io) {
-  const int flags = write ? (O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT) : (O_RDONLY | O_DIRECT);
-  const int fd = ::open(path.c_str(), flags, 0644);
-  if (fd < 0) Fatal("open " + path + ": " + std::strerror(errno));
+namespace {
+
+// Moves `nblocks` whole kRawBlock blocks between `fd` and memory, at most
+// kRawDepth in flight; block k uses buffer(k, slot), where `slot` is a free
+// one of kRawDepth.
+void RawBlocks(int fd, uint64_t nblocks, bool write,
+               const std::function<void*(uint64_t, unsigned)>& buffer) {
   io_uring ring;
   if (int e = io_uring_queue_init(kRawDepth, &ring, 0); e < 0) {
     Fatal(std::string("io_uring_queue_init: ") + std::strerror(-e));
   }
-  const uint64_t nblocks = bytes / kRawBlock;
   std::vector<unsigned> free_slots;
   for (unsigned i = 0; i < kRawDepth; ++i) free_slots.push_back(i);
   uint64_t submitted = 0, done = 0;
-  const auto t0 = Clock::now();
-  // Writes inside the file's size run side by side on ext4; extending ones
-  // run one at a time. The baseline is the faster of the two.
-  if (write) (void)::fallocate(fd, 0, 0, static_cast<off_t>(bytes));
   while (done < nblocks) {
     unsigned queued = 0;
     while (!free_slots.empty() && submitted < nblocks) {
@@ -180,10 +179,11 @@ double RawTransfer(const std::string& path, uint64_t bytes, bool write, RawIo& i
       free_slots.pop_back();
       io_uring_sqe* sqe = io_uring_get_sqe(&ring);
       if (!sqe) Fatal("io_uring_get_sqe failed");
+      void* buf = buffer(submitted, slot);
       if (write) {
-        io_uring_prep_write(sqe, fd, io.bufs[slot], kRawBlock, submitted * kRawBlock);
+        io_uring_prep_write(sqe, fd, buf, kRawBlock, submitted * kRawBlock);
       } else {
-        io_uring_prep_read(sqe, fd, io.bufs[slot], kRawBlock, submitted * kRawBlock);
+        io_uring_prep_read(sqe, fd, buf, kRawBlock, submitted * kRawBlock);
       }
       io_uring_sqe_set_data64(sqe, slot);
       ++submitted;
@@ -209,9 +209,32 @@ double RawTransfer(const std::string& path, uint64_t bytes, bool write, RawIo& i
       io_uring_cqe_seen(&ring, cqe);
     } while (io_uring_peek_cqe(&ring, &cqe) == 0);
   }
+  io_uring_queue_exit(&ring);
+}
+
+}  // namespace
+
+double RawTransfer(const std::string& path, uint64_t bytes, bool write, RawIo& io) {
+  const int flags = write ? (O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT) : (O_RDONLY | O_DIRECT);
+  const int fd = ::open(path.c_str(), flags, 0644);
+  if (fd < 0) Fatal("open " + path + ": " + std::strerror(errno));
+  const auto t0 = Clock::now();
+  // Writes inside the file's size run side by side on ext4; extending ones
+  // run one at a time. The baseline is the faster of the two.
+  if (write) (void)::fallocate(fd, 0, 0, static_cast<off_t>(bytes));
+  RawBlocks(fd, bytes / kRawBlock, write, [&](uint64_t, unsigned slot) { return io.bufs[slot]; });
   if (write && ::fsync(fd) != 0) Fatal("fsync: " + std::string(std::strerror(errno)));
   const auto t1 = Clock::now();
-  io_uring_queue_exit(&ring);
+  ::close(fd);
+  return Seconds(t0, t1);
+}
+
+double RawReadInto(const std::string& path, const std::vector<void*>& blocks) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT);
+  if (fd < 0) Fatal("open " + path + ": " + std::strerror(errno));
+  const auto t0 = Clock::now();
+  RawBlocks(fd, blocks.size(), /*write=*/false, [&](uint64_t k, unsigned) { return blocks[k]; });
+  const auto t1 = Clock::now();
   ::close(fd);
   return Seconds(t0, t1);
 }

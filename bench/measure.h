@@ -69,6 +69,11 @@ struct RawIo {
 // engine allocates ahead of its writes; where the file system cannot, it
 // writes on) and includes the allocation and its fsync.
 double RawTransfer(const std::string& path, uint64_t bytes, bool write, RawIo& io);
+// Seconds to read the first blocks.size() whole kRawBlock blocks of `path`
+// into `blocks` (block k into blocks[k], each aligned for O_DIRECT), as
+// RawTransfer reads: a raw read into given memory, such as a load's
+// destination tensors, whose pages decide how many requests the disk gets.
+double RawReadInto(const std::string& path, const std::vector<void*>& blocks);
 
 // While alive, a thread per hardware thread spins at the lowest priority
 // (nice 19): what a raw transfer gets from the disk while every core is
