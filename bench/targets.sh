@@ -58,5 +58,8 @@ row "5 ckfmt verify / raw read, byte-plane file, paired" "$(val verify_byteplane
 row "5 ckfmt verify / raw read, zstd file, paired" "$(val verify_zstd_paired)" ">=" 0.95
 echo "  (raw read with every core busy / idle raw read, paired: $(val raw_read_busy_paired);" \
      "loads and verifies that decode on every core get no more from this disk)"
+echo "  (in-place load / raw read of the file into the load's own tensors, paired:" \
+     "$(val load_none_vs_raw_into_tensors_paired); that read gets $(val raw_read_into_tensors) GiB/s" \
+     "against the raw read's $(val raw_read_none) into huge pages)"
 echo "6 bounded memory: extra RSS save $(val save_extra_rss_mib) MiB, load $(val load_extra_rss_mib) MiB" \
      "here; for 1 vs 8 GiB states run ckfmt-bench-e2e --one-copy --size-gib 1 and 8 (README)"
