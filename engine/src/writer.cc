@@ -425,12 +425,9 @@ Status CheckpointWriter::Impl::AddPieceData(size_t entry, PieceRecord piece,
 // Stored sizes equal raw sizes here, so where a chunk will land is known
 // before it is reserved.
 uint64_t CheckpointWriter::Impl::FitToChunkGrid(uint64_t n, size_t element_size) const {
-  const uint64_t grid = std::min<uint64_t>(opts_.chunk_size, kMaxChunkRawSize);
-  if (!IsAligned(grid)) return n;
   uint64_t at = out_->position();
   for (const ChunkJob& queued : queued_) at += AlignUp(queued.size);
-  const uint64_t room = (grid - at % grid) / element_size * element_size;
-  return room > 0 && room < n ? room : n;
+  return CutAtGrid(at, n, std::min<uint64_t>(opts_.chunk_size, kMaxChunkRawSize), element_size);
 }
 
 Status CheckpointWriter::Impl::FlushChunks() {

@@ -291,6 +291,56 @@ TEST_F(Dist, DuplicatedShardsAreWrittenOnce) {
   }
 }
 
+// A parallel save cuts uncompressed chunks as a single-process save does
+// (FORMAT.md §5.2): none crosses a multiple of the chunk size in the file,
+// although each rank's range starts where the one before it ended.
+TEST_F(Dist, ParallelSaveChunksDoNotCrossMultiplesOfTheChunkSize) {
+  constexpr uint64_t kGrid = 8192;
+  auto tensor = [](DType dtype, Shape shape, uint8_t seed) {
+    Tensor t = Tensor::Zeros(dtype, std::move(shape));
+    auto* p = static_cast<uint8_t*>(t.data());
+    for (uint64_t i = 0; i < t.nbytes(); ++i) p[i] = uint8_t(i * 131 + seed);
+    return t;
+  };
+  Dict model;
+  model.Set("a", Value(tensor(DType::kF32, {3001, 3}, 1)));
+  model.Set("b", Value(tensor(DType::kBF16, {7777, 2}, 2)));
+  model.Set("c", Value(tensor(DType::kF64, {1500}, 3)));
+  Dict root;
+  root.Set("model", Value(std::move(model)));
+  const Value full(std::move(root));
+  auto local = ShardStateDict(full, MakeLayout(LayoutKind::kFsdp2, full, world, rank));
+  ASSERT_TRUE(local.ok()) << local.status().ToString();
+  DistSaveOptions o;
+  o.mode = SaveMode::kParallel;
+  o.save.chunk_size = kGrid;
+  o.save.fsync = false;
+  auto saved = DistSave(*comm, File("grid"), *local, o);
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  ASSERT_TRUE(comm->Barrier().ok());
+  if (rank != 0) return;
+  auto v = VerifyFile(File("grid"));
+  ASSERT_TRUE(v.ok() && v->ok());
+  Value loaded{Dict{}};
+  ASSERT_TRUE(Load(File("grid"), &loaded).ok());
+  EXPECT_TRUE(MatchesFull(loaded, full, true));
+  auto reader = CheckpointReader::Open(File("grid"));
+  ASSERT_TRUE(reader.ok());
+  size_t cut = 0;
+  for (const EntryRecord& e : (*reader)->index().entries) {
+    for (const PieceRecord& p : e.pieces) {
+      const uint64_t bytes = p.region.NumElements() * DTypeSize(e.dtype);
+      for (size_t k = 0; k < p.chunks.size(); ++k) {
+        const ChunkRecord& c = p.chunks[k];
+        EXPECT_EQ(c.offset / kGrid, (c.offset + c.stored_size - 1) / kGrid)
+            << FormatKeyPath(e.path) << " rank " << p.rank << " chunk " << k;
+        if (k == 0 && c.raw_size < std::min(bytes, kGrid)) ++cut;
+      }
+    }
+  }
+  EXPECT_GT(cut, 0u) << "pieces starting between multiples get a shorter first chunk";
+}
+
 TEST_F(Dist, DistLoadEachRankItsOwnLayout) {
   Value full = MakeFullState(13);
   if (rank == 0) {

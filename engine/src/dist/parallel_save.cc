@@ -4,7 +4,10 @@
 //      codec is set, so stored sizes are known) and the ranks all-gather
 //      their byte totals; prefix sums give each rank its aligned range after
 //      the 4096-byte header. Ranks' ranges are contiguous, so the data
-//      region follows the canonical layout.
+//      region follows the canonical layout. Uncompressed chunks are then
+//      cut again on the grid of the chunk size in the file, as a
+//      single-process save cuts them, which leaves each range's size as it
+//      was.
 //   2. Rank 0 creates "<path>.tmp.<random>", writes the header and
 //      broadcasts the name; the others open it.
 //   3. Every rank writes its chunks, fsyncs and closes; agreement.
@@ -49,6 +52,32 @@ struct LocalPiece {
   std::vector<LocalChunk> chunks;
 };
 
+// Splits piece `p`'s data into uncompressed chunks of the chunk size, the
+// last one shorter. Given `at`, the file offset where the first will land,
+// each is also cut where it would cross a multiple of the chunk size, as
+// CheckpointWriter cuts (FORMAT.md §5.2), and `at` moves past them.
+void SplitPiece(const SaveContext& ctx, LocalPiece* p, uint64_t* at) {
+  const SaveOptions& so = ctx.options.save;
+  const uint64_t es = ctx.plan.entries[p->entry].ElementSize();
+  const uint64_t grid = std::min(so.chunk_size, kMaxChunkRawSize);
+  const uint64_t chunk_raw = std::max<uint64_t>(es, grid / es * es);
+  const uint64_t bytes = p->region.NumElements() * es;
+  p->chunks.clear();
+  for (uint64_t off = 0; off < bytes;) {
+    LocalChunk c;
+    c.stored = ctx.local_data[p->entry] + off;
+    c.raw_size = std::min(chunk_raw, bytes - off);
+    if (at) {
+      c.raw_size = CutAtGrid(*at, c.raw_size, grid, es);
+      *at += AlignUp(c.raw_size);
+    }
+    c.stored_size = c.raw_size;
+    c.element_size = es;
+    off += c.raw_size;
+    p->chunks.push_back(std::move(c));
+  }
+}
+
 // Cuts this rank's owned pieces into chunks, encoding and checksumming
 // them on the pool.
 Result<std::vector<LocalPiece>> MakeChunks(const SaveContext& ctx) {
@@ -56,19 +85,8 @@ Result<std::vector<LocalPiece>> MakeChunks(const SaveContext& ctx) {
   std::vector<LocalPiece> pieces;
   for (size_t i = 0; i < ctx.plan.entries.size(); ++i) {
     if (!ctx.local_data[i]) continue;
-    const PlanEntry& e = ctx.plan.entries[i];
-    const uint64_t es = e.ElementSize();
-    const uint64_t chunk_raw =
-        std::max<uint64_t>(es, std::min(so.chunk_size, kMaxChunkRawSize) / es * es);
     LocalPiece p{i, *ctx.local_region[i], {}};
-    const uint64_t bytes = p.region.NumElements() * es;
-    for (uint64_t off = 0; off < bytes; off += chunk_raw) {
-      LocalChunk c;
-      c.stored = ctx.local_data[i] + off;
-      c.raw_size = c.stored_size = std::min(chunk_raw, bytes - off);
-      c.element_size = es;
-      p.chunks.push_back(std::move(c));
-    }
+    SplitPiece(ctx, &p, nullptr);
     pieces.push_back(std::move(p));
   }
   // Without a codec the sizes are known now and WriteRange checksums each
@@ -269,11 +287,24 @@ Status ParallelSave(SaveContext& ctx) {
     if (r < ctx.rank()) base += sizes[r];
     index_offset += sizes[r];
   }
+  if (so.codec == Codec::kNone) {
+    // Now that the range's start is known, cut the chunks on the grid.
+    // The range keeps its size (see CutAtGrid), so the others' bases hold.
+    uint64_t at = base;
+    for (LocalPiece& p : pieces) SplitPiece(ctx, &p, &at);
+    if (at - base != mine) {
+      local = Status::Internal("parallel save: cutting the chunks changed rank " +
+                               std::to_string(ctx.rank()) + "'s range from " +
+                               std::to_string(mine) + " to " + std::to_string(at - base) +
+                               " bytes");
+    }
+  }
 
-  // 2. The temporary file: created by rank 0, its name broadcast.
+  // 2. The temporary file: created by rank 0, its name broadcast. (A
+  // failed cut above fails the agreement on it.)
   std::string tmp;
   std::unique_ptr<File> file;
-  if (ctx.root()) {
+  if (ctx.root() && local.ok()) {
     tmp = TemporaryPathFor(ctx.path);
     auto f = File::Create(tmp, so.io.direct_io);
     if (f.ok()) {

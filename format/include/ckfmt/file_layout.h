@@ -32,6 +32,23 @@ inline constexpr uint64_t kMaxChunkRawSize = 1ull << 30;   // 1 GiB
 inline constexpr uint64_t AlignUp(uint64_t n) { return (n + kAlignment - 1) & ~(kAlignment - 1); }
 inline constexpr bool IsAligned(uint64_t n) { return (n & (kAlignment - 1)) == 0; }
 
+// The reference writer's cut of uncompressed chunks (FORMAT.md §5.2): the
+// raw size of a chunk of at most `n` bytes that will be stored at file
+// offset `at`, ended at the next multiple of `grid` (the chunk size) where
+// it would cross one. Only for a grid of whole 4096-byte blocks and an
+// element size that divides 4096: then every chunk but a piece's last stays
+// a whole number of blocks, and a piece takes the same room in the file,
+// cut or not. REQUIRES: `at` and `n` multiples of kAlignment and of the
+// element size respectively.
+inline constexpr uint64_t CutAtGrid(uint64_t at, uint64_t n, uint64_t grid,
+                                    uint64_t element_size) {
+  if (grid == 0 || !IsAligned(grid) || element_size == 0 || kAlignment % element_size != 0) {
+    return n;
+  }
+  const uint64_t room = grid - at % grid;
+  return room < n ? room : n;
+}
+
 struct FileHeader {
   uint16_t major = kMajorVersion;
   uint16_t minor = kMinorVersion;
