@@ -14,6 +14,7 @@
 #include "encode_pipeline.h"
 #include "io/file.h"
 #include "io/staged_output.h"
+#include "io/sync_behind.h"
 #include "thread_pool.h"
 
 namespace ckfmt {
@@ -89,6 +90,7 @@ class CheckpointWriter::Impl {
   ThreadPool pool_;
   File file_;
   std::unique_ptr<StagedOutput> out_;
+  std::unique_ptr<SyncBehind> sync_behind_;  // uses file_: goes before it closes
   size_t batch_max_ = 1;
   // Compressed host chunks stream through the pipeline; the batches take
   // uncompressed and device chunks.
@@ -155,6 +157,10 @@ Status CheckpointWriter::Impl::Open() {
   CKFMT_ASSIGN_OR_RETURN(out_, StagedOutput::Create(file_, opts_.io, block, slots));
   if (opts_.codec != Codec::kNone) out_->LimitWrites(kCompressedWriteDepth);
   out_->AllocateAhead();  // this writer owns the whole file
+  if (opts_.codec != Codec::kNone && opts_.fsync && opts_.sync_behind_bytes > 0) {
+    sync_behind_ = std::make_unique<SyncBehind>(file_, opts_.sync_behind_bytes);
+    out_->OnWritten([sb = sync_behind_.get()](uint64_t n) { sb->Written(n); });
+  }
   stats_.io_path = out_->io_name();
   index_.writer_name = "ckfmt";
   index_.writer_version = kWriterVersion;
@@ -565,6 +571,7 @@ Status CheckpointWriter::Impl::Commit() {
   if (s.ok()) s = out_->Append(zeros.data(), zeros.size());
   if (s.ok()) s = out_->Append(footer_bytes, kFooterSize);
   if (s.ok()) s = out_->Finish();
+  if (s.ok() && sync_behind_) s = sync_behind_->Stop();
   if (s.ok() && opts_.fsync) s = file_.Sync();
   if (s.ok()) s = file_.Close();
   if (s.ok()) s = CommitRename(tmp_path_, path_, opts_.fsync);
@@ -583,6 +590,7 @@ void CheckpointWriter::Impl::Abort() {
   if (pipeline_) pipeline_->Cancel();
   device_.reset();  // waits for device copies, unpins the slots before they go
   out_.reset();  // waits for queued writes
+  sync_behind_.reset();
   (void)file_.Close();
   if (open_) ::unlink(tmp_path_.c_str());
 }

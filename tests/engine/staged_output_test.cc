@@ -1,5 +1,6 @@
 // StagedOutput's file allocation: ahead of the writes for a writer that owns
-// the file, never for one that writes a range of another's file.
+// the file, never for one that writes a range of another's file. What it
+// reports of finished writes, and SyncBehind, which syncs on those reports.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -7,14 +8,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ckfmt/file_layout.h"
 #include "io/file.h"
 #include "io/staged_output.h"
+#include "io/sync_behind.h"
 #include "util/file_util.h"
 #include "util/temp_dir.h"
 
@@ -152,6 +156,60 @@ TEST(StagedOutputRangeTest, ARangeWriterLeavesTheRestOfTheFileAlone) {
   std::copy(mine.begin(), mine.end(), expected.begin() + 8 * kMiB);
   EXPECT_EQ(ckfmt_test::FileSize(path), before.size());
   EXPECT_TRUE(ckfmt_test::ReadFileBytes(path) == std::string(expected.begin(), expected.end()));
+}
+
+TEST_F(AllocateAheadTest, ReportsEveryFinishedWrite) {
+  uint64_t reported = 0, writes = 0;
+  (*out)->OnWritten([&](uint64_t n) {
+    reported += n;
+    ++writes;
+  });
+  std::vector<std::vector<uint8_t>> chunks;
+  for (uint32_t i = 0; i < 9; ++i) chunks.push_back(RandomBytes(3 * kMiB + 1000 * i, 50 + i));
+  const std::vector<uint8_t> expected = PutAll(**out, chunks);
+  ASSERT_TRUE((*out)->Finish().ok());
+  EXPECT_EQ(reported, expected.size());
+  EXPECT_EQ(writes, (expected.size() + 4 * kMiB - 1) / (4 * kMiB)) << "one report per slot written";
+}
+
+// Waits up to a few seconds for `sb` to have synced `n` times.
+bool WaitForSyncs(const SyncBehind& sb, uint64_t n) {
+  for (int i = 0; i < 5000 && sb.syncs() < n; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return sb.syncs() >= n;
+}
+
+TEST(SyncBehindTest, SyncsOnceAStepHasBeenWritten) {
+  ckfmt_test::ScopedTempDir dir;
+  auto file = File::Create(dir.File("s.bin"), /*direct=*/false);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  SyncBehind sb(*file, 100);
+  sb.Written(60);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(sb.syncs(), 0u) << "synced before a whole step was written";
+  sb.Written(60);
+  EXPECT_TRUE(WaitForSyncs(sb, 1));
+  sb.Written(250);  // several steps at once: one sync covers them
+  EXPECT_TRUE(WaitForSyncs(sb, 2));
+  EXPECT_TRUE(sb.Stop().ok());
+  EXPECT_EQ(sb.syncs(), 2u);
+  EXPECT_TRUE(sb.Stop().ok()) << "Stop() twice";
+}
+
+// An fdatasync error is reported once, to whichever call sees it first; the
+// save must fail on it, so Stop() returns it.
+TEST(SyncBehindTest, StopReturnsTheFirstSyncError) {
+  ckfmt_test::ScopedTempDir dir;
+  auto file = File::Create(dir.File("s.bin"), /*direct=*/false);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  ASSERT_TRUE(file->Close().ok());  // fdatasync on it fails (EBADF)
+  SyncBehind sb(*file, 1);
+  sb.Written(1);
+  ASSERT_TRUE(WaitForSyncs(sb, 1));
+  Status s = sb.Stop();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("fdatasync of " + dir.File("s.bin")), std::string::npos) << s.ToString();
 }
 
 }  // namespace

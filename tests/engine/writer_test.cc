@@ -230,6 +230,27 @@ TEST_F(WriterTest, DeferredSmallTensorsRoundTrip) {
   }
 }
 
+// A compressed save with fsync syncs behind its writes (SyncBehind, tested
+// in staged_output_test.cc); with syncs every 64 KiB it still commits the
+// same checkpoint and leaves no temporary file.
+TEST_F(WriterTest, CompressedSaveThatSyncsBehindRoundTrips) {
+  Dict d;
+  for (int i = 0; i < 6; ++i) {
+    d.Set("t" + std::to_string(i), Value(RandomTensor(DType::kBF16, {300, 257}, 200 + i)));
+  }
+  const Value v(std::move(d));
+  SaveOptions o = SmallSaveOptions(Codec::kBytePlaneZstd);
+  o.fsync = true;
+  o.chunk_size = 64 << 10;
+  o.sync_behind_bytes = 64 << 10;
+  const std::string path = dir.File("synced.ckfmt");
+  CKFMT_ASSERT_OK(Save(path, v, o));
+  EXPECT_TRUE(TempNames(dir.List()).empty());
+  Value loaded = Dict{};
+  CKFMT_ASSERT_OK(ckfmt::Load(path, &loaded));
+  EXPECT_TRUE(ValuesBitwiseEqual(v, loaded));
+}
+
 // Writer rules of spec §6.7 that a writer must enforce on what it is given.
 
 // Uncompressed chunks end where they would cross a multiple of the chunk

@@ -30,6 +30,14 @@ struct SaveOptions {
   Codec codec = Codec::kNone;
   int level = 1;                      // zstd level
   bool fsync = true;                  // fsync file and directory on commit
+  // Compressed saves with fsync: a thread fdatasyncs the file each time
+  // this many more bytes have been written, so that the disk's write-back
+  // cache drains while the cores are still encoding instead of all in the
+  // final fsync (0: never). On the VM of the README, byte-plane saves of a
+  // 2 GiB state ran at a median 0.92 GiB/s against 0.83 without (5
+  // alternations). Uncompressed saves make their data faster than the disk
+  // takes it in and do not use it: there it cost about a tenth.
+  uint64_t sync_behind_bytes = 64ull << 20;
   std::vector<std::pair<std::string, std::string>> metadata;  // user metadata
   uint32_t world_size = 1;
   std::string save_mode = "single";

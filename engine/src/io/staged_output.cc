@@ -38,6 +38,7 @@ Status StagedOutput::Reap() {
   BlockIo::Completion c = io_->Wait();
   if (c.slot >= 0) free_.push_back(c.slot);
   CKFMT_RETURN_IF_ERROR(c.status);
+  if (on_written_ && c.slot >= 0) on_written_(ready_len_[c.slot]);
   return Pump();
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -47,6 +48,9 @@ class StagedOutput {
 
   // At most `n` writes in flight from now on (0: as many as slots).
   void LimitWrites(size_t n) { max_writes_ = n; }
+  // Calls `fn` on the writing thread with the length of every write that
+  // has finished.
+  void OnWritten(std::function<void(uint64_t)> fn) { on_written_ = std::move(fn); }
   // From now on, allocates the file ahead of the writes, in steps that grow
   // from 16 to 256 MiB, so that every write lands inside the file's size;
   // Finish() then trims the file to its end. Where the file system refuses
@@ -95,6 +99,7 @@ class StagedOutput {
   uint64_t allocated_end_ = 0;  // the file is allocated up to here
   uint64_t expected_end_ = 0;   // ExpectMore()'s hint
   bool allocation_tried_ = false;  // even a failed one may grow the file
+  std::function<void(uint64_t)> on_written_;
 };
 
 }  // namespace ckfmt
