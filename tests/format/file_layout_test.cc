@@ -73,6 +73,22 @@ TEST(LayoutTest, AlignHelpers) {
   EXPECT_FALSE(IsAligned(8193));
 }
 
+// The reference writer's cut of uncompressed chunks (FORMAT.md §5.2).
+TEST(LayoutTest, CutAtGridEndsChunksOnTheGrid) {
+  constexpr uint64_t kGrid = 4 << 20;
+  EXPECT_EQ(CutAtGrid(4096, kGrid, kGrid, 2), kGrid - 4096) << "after the header";
+  EXPECT_EQ(CutAtGrid(kGrid, kGrid, kGrid, 4), kGrid) << "on the grid: whole";
+  EXPECT_EQ(CutAtGrid(3 * kGrid + 8192, 4096, kGrid, 4), 4096u) << "fits before the line";
+  EXPECT_EQ(CutAtGrid(2 * kGrid - 4096, 100, kGrid, 1), 100u) << "ends before the line";
+  EXPECT_EQ(CutAtGrid(2 * kGrid - 4096, 8192, kGrid, 16), 4096u);
+  // No cut where one would leave a chunk that is not whole 4096-byte
+  // blocks before a piece's last: the grid is not whole blocks, or the
+  // element size does not divide 4096.
+  EXPECT_EQ(CutAtGrid(4096, 6000, 6000, 2), 6000u);
+  EXPECT_EQ(CutAtGrid(4096, kGrid, kGrid, 3), kGrid);
+  EXPECT_EQ(CutAtGrid(4096, kGrid, 0, 2), kGrid);
+}
+
 TEST(HeaderTest, RoundTrip) {
   HeaderBuf h = GoodHeader();
   EXPECT_EQ(std::memcmp(h.b, kHeaderMagic.data(), 8), 0);
