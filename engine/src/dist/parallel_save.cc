@@ -293,7 +293,7 @@ Status ParallelSave(SaveContext& ctx) {
     uint64_t at = base;
     for (LocalPiece& p : pieces) SplitPiece(ctx, &p, &at);
     if (at - base != mine) {
-      local = Status::Internal("parallel save: cutting the chunks changed rank " +
+      local = Status::Internal(ctx.path + ": parallel save: cutting the chunks changed rank " +
                                std::to_string(ctx.rank()) + "'s range from " +
                                std::to_string(mine) + " to " + std::to_string(at - base) +
                                " bytes");
