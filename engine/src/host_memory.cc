@@ -1,4 +1,4 @@
-#include "host_memory.h"
+#include "ckfmt/host_memory.h"
 
 #include <sys/sysinfo.h>
 #include <unistd.h>

@@ -10,7 +10,7 @@
 #include "ckfmt/cuda.h"
 #include "ckfmt/log.h"
 #include "device/device_ops.h"
-#include "host_memory.h"
+#include "ckfmt/host_memory.h"
 #include "prefault.h"
 #include "reader_impl.h"
 #include "scalar_value.h"

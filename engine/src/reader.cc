@@ -1,6 +1,7 @@
 #include "ckfmt/reader.h"
 
 #include "ckfmt/checksum.h"
+#include "ckfmt/host_memory.h"
 #include "reader_impl.h"
 
 namespace ckfmt {
@@ -79,7 +80,15 @@ Result<Tensor> CheckpointReader::ReadTensor(const KeyPath& path, const Allocator
     return Status::Mismatch(this->path() + ": " + FormatKeyPath(path) + " is a " +
                             std::string(EntryKindName(e->kind)) + ", not a tensor");
   }
-  Allocator alloc = allocator ? allocator : HostAllocator();
+  Allocator alloc = allocator;
+  if (!alloc) {
+    // The size comes from the file: refuse what no machine of this size
+    // holds before allocating it (see host_memory.h).
+    HostMemoryNeed need;
+    need.Add(path, e->ByteSize());
+    CKFMT_RETURN_IF_ERROR(need.Check(this->path()));
+    alloc = HostAllocator();
+  }
   CKFMT_ASSIGN_OR_RETURN(Tensor t, alloc(e->dtype, e->shape, path, Device{}));
   CKFMT_RETURN_IF_ERROR(ReadRegion(path, Region::Whole(e->shape), t.data(), t.device()));
   return t;

@@ -3,6 +3,8 @@
 // with an error that names the file and the record or key.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "ckfmt/reader.h"
 #include "ckfmt/utf8.h"
 #include "convert_test_util.h"
@@ -429,6 +431,24 @@ TEST(Refusal, CkfmtBytesEntryLargerThanMemory) {
   EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
   EXPECT_NE(s.message().find(src), std::string::npos) << s.ToString();
   EXPECT_NE(s.message().find("blob"), std::string::npos) << s.ToString();
+}
+
+TEST(Refusal, CkfmtBytesEntriesTogetherBeyondMemoryAreRefusedBeforeAnyIsRead) {
+  // 256 bytes entries of 1 GiB: each alone fits, together no machine here
+  // holds them, and convert keeps them all. The sum is refused first, rather
+  // than allocating (and zeroing) entries one by one until the memory ends.
+  std::string dir = MakeTempDir("manybytes");
+  ckfmt_test::RawFileBuilder b;
+  IndexRecord idx = ckfmt_test::DeclareHugeEntries(b, 256, 1, EntryKind::kBytes, "blob");
+  const std::string src = dir + "/many.ckfmt";
+  WriteFile(src, b.Build(idx));
+  Status s = ConvertStatus(src, dir + "/out.pt");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
+  EXPECT_NE(s.message().find(src), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("host memory"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("for 256 entries"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/out.pt"));
 }
 
 }  // namespace

@@ -572,6 +572,19 @@ TEST_F(RawFileTest, TerabyteBytesEntryIsRefusedBeforeAllocating) {
   EXPECT_EQ(has.Find({"e0"})->as_bytes().data, "abc");
 }
 
+TEST_F(RawFileTest, ReadTensorRefusesATerabyteBeforeAllocating) {
+  RawFileBuilder b;
+  const std::string path = Write(DeclareHugeEntries(b, 1, 1024, EntryKind::kTensor), b);
+  auto reader = CheckpointReader::Open(path);
+  CKFMT_ASSERT_OK(reader);
+  auto t = (*reader)->ReadTensor({"e0"});
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kIOError) << t.status().ToString();
+  EXPECT_NE(t.status().message().find(path), std::string::npos) << t.status().message();
+  EXPECT_NE(t.status().message().find("host memory"), std::string::npos) << t.status().message();
+  EXPECT_TRUE(MentionsPath(t.status().message(), {"e0"})) << t.status().message();
+}
+
 TEST_F(RawFileTest, TensorsTogetherBeyondTheMachineAreRefused) {
   // 256 tensors of 16 GiB: each alone may pass the kernel's overcommit
   // check; together they are 4 TiB, and filling them would get the process

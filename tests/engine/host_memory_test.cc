@@ -1,6 +1,6 @@
 // HostMemoryNeed: the sum a load checks before it allocates what a file
 // declares.
-#include "host_memory.h"
+#include "ckfmt/host_memory.h"
 
 #include <gtest/gtest.h>
 

@@ -79,7 +79,10 @@ class CheckpointReader {
   // receives the region's row-major stream. Reads only the chunks that
   // overlap the region. `dst` is memory of `device` (CUDA: see cuda.h).
   Status ReadRegion(const KeyPath& path, const Region& region, void* dst, Device device = {});
-  // Reads the whole entry into a new tensor from `allocator` (host if empty).
+  // Reads the whole entry into a new tensor from `allocator`. Without one,
+  // a host tensor; a size beyond this machine's memory and swap (a hostile
+  // file's) is then refused with kIOError before it is allocated, as Load
+  // does.
   Result<Tensor> ReadTensor(const KeyPath& path, const Allocator& allocator = {});
 
   // A refusal found before data is read (kinds, dtypes, shapes, policies)

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <set>
 
-#include "host_memory.h"
+#include "ckfmt/host_memory.h"
 
 namespace ckfmt::dist {
 namespace {

@@ -1,9 +1,9 @@
 // ckfmt as a source (through CheckpointReader) and as a sink (through the
 // streaming CheckpointWriter).
 #include <map>
-#include <stdexcept>
 #include <nlohmann/json.hpp>
 
+#include "ckfmt/host_memory.h"
 #include "ckfmt/reader.h"
 #include "ckfmt/writer.h"
 #include "sink.h"
@@ -175,9 +175,15 @@ Result<Node> ReadCkfmt(const std::string& path, ConvertLog* log,
   // Children vectors must not reallocate while pointers are held: first
   // count children, then reserve.
   std::map<KeyPath, size_t> counts;
+  // Bytes entries are read whole into the tree (tensors stream later): their
+  // declared sizes together must fit the machine, or no one could convert
+  // the file; refused before any is allocated.
+  HostMemoryNeed need;
   for (const auto& e : index.entries) {
     counts[KeyPath(e.path.begin(), e.path.end() - 1)]++;
+    if (e.kind == EntryKind::kBytes) need.Add(e.path, e.ByteSize());
   }
+  CKFMT_RETURN_IF_ERROR(need.Check(path));
   root.children.reserve(counts[KeyPath{}]);
   for (const auto& e : index.entries) {
     KeyPath parent(e.path.begin(), e.path.end() - 1);
@@ -198,12 +204,8 @@ Result<Node> ReadCkfmt(const std::string& path, ConvertLog* log,
         n.kind = Node::Kind::kBytes;
         n.content_type = e.content_type;
         if (e.partial) return Status::Unsupported(path + ": partial bytes entry " + FormatKeyPath(e.path));
-        try {
-          n.s.resize(e.ByteSize());
-        } catch (const std::exception&) {  // the size comes from the file
-          return Status::IOError(path + ": cannot allocate " + std::to_string(e.ByteSize()) +
-                                 " bytes for " + FormatKeyPath(e.path));
-        }
+        CKFMT_RETURN_IF_ERROR(ResizeOrFail(&n.s, e.ByteSize())
+                                  .WithContext(path + ": allocating " + FormatKeyPath(e.path)));
         CKFMT_RETURN_IF_ERROR(reader->ReadRegion(e.path, Region::Whole(e.shape), n.s.data()));
         break;
       }

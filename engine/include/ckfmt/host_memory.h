@@ -1,4 +1,5 @@
-// How much host memory a load may ask for, checked before it allocates.
+// How much host memory a read may ask for, checked before it allocates:
+// sizes come from the file, and a hostile one can declare any.
 #pragma once
 
 #include <cstdint>
