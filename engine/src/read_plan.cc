@@ -1,5 +1,7 @@
 #include "read_plan.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -7,6 +9,7 @@
 
 #include "ckfmt/checksum.h"
 #include "ckfmt/file_layout.h"
+#include "io/block_device.h"
 #include "io/block_io.h"
 
 namespace ckfmt {
@@ -162,8 +165,8 @@ Status ProcessChunk(const File& file, const ChunkTask& t, const uint8_t* stored,
 
 // Where a chunk can be read straight into its destination, with no copy
 // out of staging: an uncompressed chunk that one host copy takes whole, of
-// whole blocks, into memory aligned as O_DIRECT needs (`mem_align`, 0: not
-// a direct file). nullptr otherwise.
+// whole blocks, into memory aligned as O_DIRECT needs (`mem_align`, 0:
+// nothing is read straight into place). nullptr otherwise.
 uint8_t* DirectDestination(const ChunkTask& t, uint32_t mem_align) {
   const ChunkRecord& c = *t.chunk;
   if (mem_align == 0 || t.device || c.codec != uint8_t(Codec::kNone) || t.copies.size() != 1 ||
@@ -259,6 +262,20 @@ Status ReadSession::SetUpIo(uint64_t size, uint64_t staged, uint64_t block) {
   return Status::OK();
 }
 
+bool ReadSession::DirectToHost() {
+  if (!file_.direct()) return false;
+  switch (options_.host_reads) {
+    case HostReads::kDirect: return true;
+    case HostReads::kStaged: return false;
+    case HostReads::kAuto: break;
+  }
+  if (!on_virtio_) {
+    struct stat st;
+    on_virtio_ = ::fstat(file_.fd(), &st) == 0 && IsVirtioDisk(st.st_dev);
+  }
+  return !*on_virtio_;
+}
+
 Result<DeviceStream*> ReadSession::DeviceStreamFor(Device device) {
   if (!device_) {
     CKFMT_ASSIGN_OR_RETURN(device_, DeviceStaging::For(device));
@@ -305,7 +322,8 @@ Status ReadSession::Read(const std::vector<ReadTarget>& targets, ThreadPool& poo
       AlignUp(std::clamp<uint64_t>(options_.io.block_size, kAlignment, AlignUp(size)));
   ScanJob job;
   std::vector<const ChunkTask*> order;
-  job.requests = GroupRequests(tasks, block, file_.direct_memory_alignment(), &order, &job.direct);
+  const uint32_t mem_align = DirectToHost() ? file_.direct_memory_alignment() : 0;
+  job.requests = GroupRequests(tasks, block, mem_align, &order, &job.direct);
   for (const ChunkTask* t : order) job.item_begin.push_back(t->chunk->offset);
   uint64_t staged = 0;
   for (size_t r = 0; r < job.requests.size(); ++r) {

@@ -2,6 +2,7 @@
 // the pipelined read -> verify -> decode -> scatter that fills them.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "ckfmt/index.h"
@@ -44,6 +45,9 @@ class ReadSession {
   // Makes staging_ fit reads of a `size`-byte file with `staged` bytes
   // through staging in requests up to `block`, keeping one that does.
   Status SetUpIo(uint64_t size, uint64_t staged, uint64_t block);
+  // Whether whole uncompressed chunks go straight into host destinations
+  // (ReadOptions::host_reads; a kAuto answer is kept for the session).
+  bool DirectToHost();
   // The stream for a target on `device`, setting up device staging first.
   Result<DeviceStream*> DeviceStreamFor(Device device);
 
@@ -51,6 +55,7 @@ class ReadSession {
   const ReadOptions& options_;
   std::unique_ptr<ScanStaging> staging_;
   File buffered_;  // for files already in the page cache
+  std::optional<bool> on_virtio_;
   std::unique_ptr<DeviceStaging> device_;  // after staging_: unpins before it goes
 };
 

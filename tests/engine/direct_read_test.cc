@@ -1,6 +1,6 @@
 // Loads from the disk read whole-block uncompressed chunks straight into
-// destinations aligned for O_DIRECT, and everything else through staging.
-// Both must give the same bytes and the same checks.
+// destinations aligned for O_DIRECT (HostReads::kDirect), and everything
+// else through staging. Both must give the same bytes and the same checks.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -91,10 +91,12 @@ class DirectReadTest : public ::testing::Test {
     return bytes;
   }
 
-  Result<LoadReport> LoadFromDisk(Value* into, bool verify = true) {
+  Result<LoadReport> LoadFromDisk(Value* into, bool verify = true,
+                                  HostReads host_reads = HostReads::kDirect) {
     DropFileCache(path);
     ReadOptions ro;
     ro.verify_checksums = verify;
+    ro.host_reads = host_reads;
     auto r = CheckpointReader::Open(path, ro);
     if (!r.ok()) return r.status();
     return (*r)->Load(into);
@@ -137,7 +139,9 @@ TEST_F(DirectReadTest, AlignedAndOffsetDestinationsLoadBitwise) {
 // needs more of it (destinations it cannot read straight into).
 TEST_F(DirectReadTest, OneReaderLoadsAlignedThenOffsetThenAlignedAgain) {
   DropFileCache(path);
-  auto reader = CheckpointReader::Open(path);
+  ReadOptions ro;
+  ro.host_reads = HostReads::kDirect;
+  auto reader = CheckpointReader::Open(path, ro);
   CKFMT_ASSERT_OK(reader);
   for (size_t offset : {size_t{0}, size_t{64}, size_t{0}}) {
     const size_t bytes = original.Find({"aligned"})->as_tensor().nbytes();
@@ -166,6 +170,21 @@ TEST_F(DirectReadTest, ReconstructedTensorsLoadBitwise) {
     const Tensor& t = into.Find({key})->as_tensor();
     EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % 4096, 0u) << key;
     EXPECT_EQ(TensorBytes(t), TensorBytes(original.Find({key})->as_tensor())) << key;
+  }
+}
+
+TEST_F(DirectReadTest, StagedReadsPutNothingStraightIntoPlace) {
+  for (bool fresh : {false, true}) {
+    Value into = fresh ? Value(Dict{}) : Destination();
+    auto report = LoadFromDisk(&into, /*verify=*/true, HostReads::kStaged);
+    CKFMT_ASSERT_OK(report);
+    EXPECT_EQ(report->bytes_read_direct, 0u) << fresh;
+    EXPECT_EQ(report->bytes_read, 2 * (4 * kChunk + 4096)) << fresh;
+    for (const char* key : {"aligned", "offset"}) {
+      EXPECT_EQ(TensorBytes(into.Find({key})->as_tensor()),
+                TensorBytes(original.Find({key})->as_tensor()))
+          << key << " " << fresh;
+    }
   }
 }
 
