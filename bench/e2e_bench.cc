@@ -70,6 +70,7 @@ struct Args {
   std::string raw_read_file;  // --raw-read: time a raw read of this file only
   std::string raw_write_file;  // --raw-write: time a raw write of this file only
   ckfmt::IoOptions io;  // the engine's defaults unless overridden
+  ckfmt::HostReads host_reads = ckfmt::HostReads::kAuto;
 };
 
 Args ParseArgs(int argc, char** argv) {
@@ -117,6 +118,12 @@ Args ParseArgs(int argc, char** argv) {
       a.io.staging_bytes = uint64_t(std::atof(val().c_str()) * kMiB);
     } else if (s == "--io-threads") {
       a.io.threads = unsigned(std::atoi(val().c_str()));
+    } else if (s == "--host-reads") {
+      const std::string v = val();
+      if (v == "auto") a.host_reads = ckfmt::HostReads::kAuto;
+      else if (v == "direct") a.host_reads = ckfmt::HostReads::kDirect;
+      else if (v == "staged") a.host_reads = ckfmt::HostReads::kStaged;
+      else Die("--host-reads takes auto, direct or staged, not " + v);
     } else if (s == "--buffered") {
       a.io.backend = ckfmt::IoBackend::kPread;
       a.io.direct_io = false;
@@ -133,9 +140,10 @@ Args ParseArgs(int argc, char** argv) {
           "                  before): half the memory, for large sizes; no memcpy and\n"
           "                  async-save rows\n"
           "  --dest-offset N place each destination tensor N bytes into its page (default\n"
-          "                  0; 64 as PyTorch's CPU allocator does): loads read whole\n"
-          "                  chunks straight into destinations that meet the disk's\n"
-          "                  O_DIRECT alignment, others through staging\n"
+          "                  0; 64 as PyTorch's CPU allocator does): with direct host\n"
+          "                  reads, loads read whole chunks straight into destinations\n"
+          "                  that meet the disk's O_DIRECT alignment, others through\n"
+          "                  staging\n"
           "  --raw-only      measure only the raw disk; prints RAW write_gibs=W read_gibs=R\n"
           "  --raw-read FILE drop FILE's cached pages and read its whole 4 MiB blocks raw;\n"
           "                  prints RAW read_gibs=R (a paired baseline for bench/compare)\n"
@@ -147,7 +155,8 @@ Args ParseArgs(int argc, char** argv) {
           "  --staging-mib N IoOptions::staging_bytes\n"
           "  --io-threads N  IoOptions::threads\n"
           "  --buffered      IoBackend::kPread without O_DIRECT (the page cache is still\n"
-          "                  dropped before every load)\n");
+          "                  dropped before every load)\n"
+          "  --host-reads M  ReadOptions::host_reads: auto (default), direct or staged\n");
       std::exit(0);
     } else {
       Die("unknown argument " + s + " (see --help)");
@@ -329,10 +338,10 @@ int main(int argc, char** argv) {
   // `warm`: the file is in the page cache (a load right after a save, or of
   // a file another process just read), where a load should run near memcpy.
   auto do_load = [&](const std::string& path, Series& s, int run, bool warm = false) {
-    Poison(L, &into_bufs);
     into_bufs.rng = std::string(src_rng.size(), '\0');
     into_bufs.dataloader = "{}";
     ckfmt::Value into = MakeStateDict(L, into_bufs, 0);
+    Poison(into);
     if (warm) {
       WarmCache(path);
     } else {
@@ -341,6 +350,7 @@ int main(int argc, char** argv) {
     OpMeter meter(args.dir);
     ckfmt::ReadOptions ro;
     ro.io = args.io;
+    ro.host_reads = args.host_reads;
     auto reader = ckfmt::CheckpointReader::Open(path, ro);
     if (!reader.ok()) Die("Open " + path + ": " + reader.status().ToString());
     const auto t_open = Clock::now();
@@ -370,12 +380,14 @@ int main(int argc, char** argv) {
 
   // Loads into an empty state dict: every entry is reconstructed in fresh
   // memory, as when a trainer resumes before its optimizer has state.
+  // Returns the state it made.
   auto do_fresh_load = [&](const std::string& path, Series& s, int run) {
     DropCache(path);
     ckfmt::Value into = ckfmt::Dict{};
     OpMeter meter(args.dir);
     ckfmt::ReadOptions ro;
     ro.io = args.io;
+    ro.host_reads = args.host_reads;
     auto rep = ckfmt::Load(path, &into, {}, ro);
     const double secs = meter.Stop(s);
     if (!rep.ok()) Die("Load " + path + ": " + rep.status().ToString());
@@ -383,6 +395,40 @@ int main(int argc, char** argv) {
     if (!SameTensors(state, into)) Die("reconstructed tensors differ from the saved ones");
     std::printf("  run %d: %-36s %6.3f GiB/s  (%.2f s, %zu entries reconstructed, verified)\n",
                 run, s.name.c_str(), s.gibs.back(), secs, rep->reconstructed.size());
+    return into;
+  };
+
+  // The same file again, in place into the tensors a reconstructing load
+  // made, and a raw read into that memory: pages faulted in by a load, not
+  // by one sequential sweep as the other destination's were, so they are
+  // less often physically contiguous (what a direct read into them costs
+  // depends on it; see ReadOptions::host_reads).
+  Series reload{"ckfmt load (none, in place, into those)"};
+  Series raw_read_into_made{"raw read into the tensors a load made"};
+  auto do_reload = [&](const std::string& path, ckfmt::Value& made, int run) {
+    Poison(made);
+    DropCache(path);
+    OpMeter meter(args.dir);
+    ckfmt::ReadOptions ro;
+    ro.io = args.io;
+    ro.host_reads = args.host_reads;
+    auto rep = ckfmt::Load(path, &made, {}, ro);
+    const double secs = meter.Stop(reload);
+    if (!rep.ok()) Die("Load " + path + ": " + rep.status().ToString());
+    if (!rep->reconstructed.empty()) Die("in-place reload reconstructed entries");
+    reload.gibs.push_back(double(logical) / kGiB / secs);
+    if (!SameTensors(state, made)) Die("reloaded tensors differ from the saved ones");
+    std::printf("  run %d: %-36s %6.3f GiB/s  (%.2f s, verified)\n", run, reload.name.c_str(),
+                reload.gibs.back(), secs);
+    std::vector<void*> blocks = WholeBlocks(made, kRawBlock);
+    blocks.resize(std::min<size_t>(blocks.size(), std::filesystem::file_size(path) / kRawBlock));
+    DropCache(path);
+    const long d0 = DiskBusyMs(args.dir);
+    const double t = RawReadInto(path, blocks);
+    raw_read_into_made.Busy(d0, DiskBusyMs(args.dir), t);
+    raw_read_into_made.gibs.push_back(double(blocks.size() * kRawBlock) / kGiB / t);
+    std::printf("  run %d: %-36s %6.3f GiB/s\n", run, raw_read_into_made.name.c_str(),
+                raw_read_into_made.gibs.back());
   };
 
   // The first write after a spell of reads runs up to 25% slower on this
@@ -423,16 +469,17 @@ int main(int argc, char** argv) {
   };
 
   // Reads the file's whole 4 MiB blocks into the load's destination tensors
-  // (GiB/s of stored bytes): the raw read for that memory. The disk takes
-  // at most 254 pages per request (virtio-blk's max_segments here), so a
-  // 4 MiB read into 4 KiB pages that are not physically contiguous goes as
-  // several requests, where the staging buffers' huge pages need one.
+  // (GiB/s of stored bytes): the raw read for that memory. A direct read
+  // hands the disk one segment per physically contiguous run of 4 KiB
+  // pages (at most 254 per request here), where the raw baseline's huge
+  // pages need two; how fast it goes depends on how the memory was faulted
+  // in (ReadOptions::host_reads).
   Series raw_read_into{"raw read of the none file into the load's tensors"};
   auto do_raw_read_into = [&](const std::string& path, int run) {
     // Not aligned for O_DIRECT, or the destination is the source state.
     if (args.dest_offset % 4096 != 0 || args.one_copy) return;
     DropCache(path);
-    std::vector<void*> blocks = WholeBlocks(L, into_bufs, kRawBlock);
+    std::vector<void*> blocks = WholeBlocks(MakeStateDict(L, into_bufs, 0), kRawBlock);
     blocks.resize(std::min<size_t>(blocks.size(), std::filesystem::file_size(path) / kRawBlock));
     if (blocks.empty()) return;
     const long d0 = DiskBusyMs(args.dir);
@@ -531,9 +578,11 @@ int main(int argc, char** argv) {
       if (cr.codec == ckfmt::Codec::kNone && !args.one_copy) {
         do_load(path, warm_load, run, true);
         // Alternating with its raw read, as the in-place load does.
-        if (run % 2 == 0) do_fresh_load(path, fresh_load, run);
+        ckfmt::Value made;
+        if (run % 2 == 0) made = do_fresh_load(path, fresh_load, run);
         do_raw_read(path, fresh_raw_read, run);
-        if (run % 2 == 1) do_fresh_load(path, fresh_load, run);
+        if (run % 2 == 1) made = do_fresh_load(path, fresh_load, run);
+        do_reload(path, made, run);
       }
       if (!args.keep) RemoveAndSettle(path);
       std::fflush(stdout);
@@ -542,10 +591,11 @@ int main(int argc, char** argv) {
   const auto b1 = Clock::now();
   const double peak = LifetimePeakMiB();
 
+  static const char* const kHostReads[] = {"auto", "direct", "staged"};
   std::printf("\nckfmt-bench-e2e: %.3f GiB logical state, %d run(s), dir %s, engine I/O %s, "
-              "destination tensors at page offset %zu\n",
+              "host reads %s, destination tensors at page offset %zu\n",
               double(logical) / kGiB, args.runs, args.dir.c_str(), io_path.c_str(),
-              args.dest_offset);
+              kHostReads[int(args.host_reads)], args.dest_offset);
   // Median over runs of (this run's figure / this run's raw figure).
   auto paired = [](const Series& s, const Series& ref) {
     Series r;
@@ -583,6 +633,8 @@ int main(int argc, char** argv) {
   row(warm_load, &mcp);
   row(fresh_raw_read, nullptr);
   row(fresh_load, &fresh_raw_read);
+  row(reload, &fresh_raw_read);
+  row(raw_read_into_made, &fresh_raw_read);
   for (const CodecRows& cr : rows) {
     row(cr.raw_write, nullptr);
     row(cr.save, &cr.raw_write);
@@ -641,6 +693,8 @@ int main(int argc, char** argv) {
   if (!warm_load.gibs.empty()) kv("warm_load_vs_memcpy=%.2f", warm_load.Median() / mcp.Median());
   if (!fresh_load.gibs.empty()) {
     kv("fresh_load_none_paired=%.2f", paired(fresh_load, fresh_raw_read));
+    kv("reload_none_paired=%.2f", paired(reload, fresh_raw_read));
+    kv("raw_read_into_made_paired=%.2f", paired(raw_read_into_made, fresh_raw_read));
   }
   double save_rss = 0, load_rss = 0;
   for (const CodecRows& cr : rows) {

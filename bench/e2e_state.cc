@@ -146,17 +146,15 @@ uint64_t LogicalBytes(const Layout& L, const Buffers& b) {
   return L.num_params * 10 + L.params.size() * 4 + b.rng.size() + b.dataloader.size();
 }
 
-std::vector<void*> WholeBlocks(const Layout& L, const Buffers& b, size_t block) {
+std::vector<void*> WholeBlocks(const ckfmt::Value& state, size_t block) {
   std::vector<void*> blocks;
-  for (size_t i = 0; i < L.params.size(); ++i) {
-    const uint64_t n = Numel(L.params[i].shape);
-    for (auto [p, bytes] : {std::pair{b.weights[i], n * 2}, {b.exp_avg[i], n * 4},
-                            {b.exp_avg_sq[i], n * 4}}) {
-      for (uint64_t at = 0; at + block <= bytes; at += block) {
-        blocks.push_back(static_cast<uint8_t*>(p) + at);
-      }
+  ckfmt::VisitValues(state, [&](const ckfmt::KeyPath&, const ckfmt::Value& v) {
+    if (!v.is_tensor()) return;
+    auto* p = static_cast<uint8_t*>(v.as_tensor().data());
+    for (uint64_t at = 0; at + block <= v.as_tensor().nbytes(); at += block) {
+      blocks.push_back(p + at);
     }
-  }
+  });
   return blocks;
 }
 
@@ -185,14 +183,10 @@ bool SameTensors(const ckfmt::Value& want, const ckfmt::Value& got) {
   return same;
 }
 
-void Poison(const Layout& L, Buffers* b) {
-  for (size_t i = 0; i < L.params.size(); ++i) {
-    const uint64_t n = Numel(L.params[i].shape);
-    std::memset(b->weights[i], 0xA5, n * 2);
-    std::memset(b->exp_avg[i], 0xA5, n * 4);
-    std::memset(b->exp_avg_sq[i], 0xA5, n * 4);
-    *b->steps[i] = -1;
-  }
+void Poison(const ckfmt::Value& state) {
+  ckfmt::VisitValues(state, [](const ckfmt::KeyPath&, const ckfmt::Value& v) {
+    if (v.is_tensor()) std::memset(v.as_tensor().data(), 0xA5, v.as_tensor().nbytes());
+  });
 }
 
 double MemcpyGiBs(const Layout& L, const Buffers& src, Buffers* dst) {

@@ -56,8 +56,8 @@ void FillBuffers(const Layout& L, Buffers* b);
 // The state dict over `b`'s memory (views: no copies).
 ckfmt::Value MakeStateDict(const Layout& L, const Buffers& b, int64_t step);
 uint64_t LogicalBytes(const Layout& L, const Buffers& b);
-// Every whole `block` of the state's large tensors, in state order.
-std::vector<void*> WholeBlocks(const Layout& L, const Buffers& b, size_t block);
+// Every whole `block` of the tensors under `state`, in state order.
+std::vector<void*> WholeBlocks(const ckfmt::Value& state, size_t block);
 // One checksum per tensor: a load is checked against the state it saved
 // without keeping a second copy of it.
 std::vector<uint64_t> TensorHashes(const Layout& L, const Buffers& b);
@@ -65,7 +65,7 @@ std::vector<uint64_t> TensorHashes(const Layout& L, const Buffers& b);
 // bytes (got may hold more).
 bool SameTensors(const ckfmt::Value& want, const ckfmt::Value& got);
 // Overwrites every tensor, so that a load that skips one is caught.
-void Poison(const Layout& L, Buffers* b);
+void Poison(const ckfmt::Value& state);
 // memcpy of the whole state, source tensors into the destination tensors
 // (one thread; both already resident, as a load's target is), in GiB/s.
 double MemcpyGiBs(const Layout& L, const Buffers& src, Buffers* dst);
