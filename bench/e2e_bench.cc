@@ -337,6 +337,12 @@ int main(int argc, char** argv) {
   };
   // `warm`: the file is in the page cache (a load right after a save, or of
   // a file another process just read), where a load should run near memcpy.
+  auto read_options = [&] {
+    ckfmt::ReadOptions ro;
+    ro.io = args.io;
+    ro.host_reads = args.host_reads;
+    return ro;
+  };
   auto do_load = [&](const std::string& path, Series& s, int run, bool warm = false) {
     into_bufs.rng = std::string(src_rng.size(), '\0');
     into_bufs.dataloader = "{}";
@@ -348,10 +354,7 @@ int main(int argc, char** argv) {
       DropCache(path);
     }
     OpMeter meter(args.dir);
-    ckfmt::ReadOptions ro;
-    ro.io = args.io;
-    ro.host_reads = args.host_reads;
-    auto reader = ckfmt::CheckpointReader::Open(path, ro);
+    auto reader = ckfmt::CheckpointReader::Open(path, read_options());
     if (!reader.ok()) Die("Open " + path + ": " + reader.status().ToString());
     const auto t_open = Clock::now();
     auto rep = (*reader)->Load(&into);
@@ -381,20 +384,23 @@ int main(int argc, char** argv) {
   // Loads into an empty state dict: every entry is reconstructed in fresh
   // memory, as when a trainer resumes before its optimizer has state.
   // Returns the state it made.
-  auto do_fresh_load = [&](const std::string& path, Series& s, int run) {
+  // A load of `path` from the disk into `into`, timed into `s`; its seconds in *secs.
+  auto timed_load = [&](const std::string& path, ckfmt::Value* into, Series& s, double* secs) {
     DropCache(path);
-    ckfmt::Value into = ckfmt::Dict{};
     OpMeter meter(args.dir);
-    ckfmt::ReadOptions ro;
-    ro.io = args.io;
-    ro.host_reads = args.host_reads;
-    auto rep = ckfmt::Load(path, &into, {}, ro);
-    const double secs = meter.Stop(s);
+    auto rep = ckfmt::Load(path, into, {}, read_options());
+    *secs = meter.Stop(s);
     if (!rep.ok()) Die("Load " + path + ": " + rep.status().ToString());
-    s.gibs.push_back(double(logical) / kGiB / secs);
+    s.gibs.push_back(double(logical) / kGiB / *secs);
+    return std::move(*rep);
+  };
+  auto do_fresh_load = [&](const std::string& path, Series& s, int run) {
+    ckfmt::Value into = ckfmt::Dict{};
+    double secs = 0;
+    const ckfmt::LoadReport rep = timed_load(path, &into, s, &secs);
     if (!SameTensors(state, into)) Die("reconstructed tensors differ from the saved ones");
     std::printf("  run %d: %-36s %6.3f GiB/s  (%.2f s, %zu entries reconstructed, verified)\n",
-                run, s.name.c_str(), s.gibs.back(), secs, rep->reconstructed.size());
+                run, s.name.c_str(), s.gibs.back(), secs, rep.reconstructed.size());
     return into;
   };
 
@@ -407,16 +413,10 @@ int main(int argc, char** argv) {
   Series raw_read_into_made{"raw read into the tensors a load made"};
   auto do_reload = [&](const std::string& path, ckfmt::Value& made, int run) {
     Poison(made);
-    DropCache(path);
-    OpMeter meter(args.dir);
-    ckfmt::ReadOptions ro;
-    ro.io = args.io;
-    ro.host_reads = args.host_reads;
-    auto rep = ckfmt::Load(path, &made, {}, ro);
-    const double secs = meter.Stop(reload);
-    if (!rep.ok()) Die("Load " + path + ": " + rep.status().ToString());
-    if (!rep->reconstructed.empty()) Die("in-place reload reconstructed entries");
-    reload.gibs.push_back(double(logical) / kGiB / secs);
+    double secs = 0;
+    if (!timed_load(path, &made, reload, &secs).reconstructed.empty()) {
+      Die("in-place reload reconstructed entries");
+    }
     if (!SameTensors(state, made)) Die("reloaded tensors differ from the saved ones");
     std::printf("  run %d: %-36s %6.3f GiB/s  (%.2f s, verified)\n", run, reload.name.c_str(),
                 reload.gibs.back(), secs);

@@ -417,38 +417,41 @@ TEST(Refusal, DestinationFormatMustBeKnown) {
   EXPECT_TRUE(ConvertStatus(Fixture("mlp_adamw.pt"), dir + "/out.xyz", o).ok());
 }
 
-TEST(Refusal, CkfmtBytesEntryLargerThanMemory) {
-  // Compressed chunks decode to up to 1 GiB each: a 4 MiB file can declare
-  // a 1 TiB bytes entry, which convert reads whole. It used to abort on
-  // std::bad_alloc.
-  std::string dir = MakeTempDir("hugebytes");
+// Converts (to torch.save) a few-MiB ckfmt file whose `entries` bytes
+// entries declare `gib_each` GiB each in compressed chunks (which decode to
+// up to 1 GiB each); expects the refusal for memory, before anything is
+// read or written. `src` gets the file's path.
+void ExpectHugeBytesRefused(int entries, int gib_each, std::string* src, Status* s) {
+  const std::string dir = MakeTempDir("hugebytes");
   ckfmt_test::RawFileBuilder b;
-  IndexRecord idx = ckfmt_test::DeclareHugeEntries(b, 1, 1024, EntryKind::kBytes, "blob");
-  const std::string src = dir + "/huge.ckfmt";
-  WriteFile(src, b.Build(idx));
-  Status s = ConvertStatus(src, dir + "/out.pt");
-  ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
-  EXPECT_NE(s.message().find(src), std::string::npos) << s.ToString();
-  EXPECT_NE(s.message().find("blob"), std::string::npos) << s.ToString();
+  IndexRecord idx = ckfmt_test::DeclareHugeEntries(b, entries, gib_each, EntryKind::kBytes, "blob");
+  *src = dir + "/huge.ckfmt";
+  WriteFile(*src, b.Build(idx));
+  *s = ConvertStatus(*src, dir + "/out.pt");
+  ASSERT_FALSE(s->ok());
+  EXPECT_EQ(s->code(), StatusCode::kIOError) << s->ToString();
+  EXPECT_NE(s->message().find(*src), std::string::npos) << s->ToString();
+  EXPECT_NE(s->message().find("host memory"), std::string::npos) << s->ToString();
+  EXPECT_NE(s->message().find("blob"), std::string::npos) << s->ToString();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/out.pt"));
+}
+
+TEST(Refusal, CkfmtBytesEntryLargerThanMemory) {
+  // One 1 TiB entry, which convert reads whole: it used to abort on
+  // std::bad_alloc.
+  std::string src;
+  Status s;
+  ExpectHugeBytesRefused(1, 1024, &src, &s);
 }
 
 TEST(Refusal, CkfmtBytesEntriesTogetherBeyondMemoryAreRefusedBeforeAnyIsRead) {
-  // 256 bytes entries of 1 GiB: each alone fits, together no machine here
-  // holds them, and convert keeps them all. The sum is refused first, rather
-  // than allocating (and zeroing) entries one by one until the memory ends.
-  std::string dir = MakeTempDir("manybytes");
-  ckfmt_test::RawFileBuilder b;
-  IndexRecord idx = ckfmt_test::DeclareHugeEntries(b, 256, 1, EntryKind::kBytes, "blob");
-  const std::string src = dir + "/many.ckfmt";
-  WriteFile(src, b.Build(idx));
-  Status s = ConvertStatus(src, dir + "/out.pt");
-  ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
-  EXPECT_NE(s.message().find(src), std::string::npos) << s.ToString();
-  EXPECT_NE(s.message().find("host memory"), std::string::npos) << s.ToString();
+  // 256 entries of 1 GiB: each alone fits, together no machine here holds
+  // them, and convert keeps them all. The sum is refused first, rather than
+  // allocating (and zeroing) entries one by one until the memory ends.
+  std::string src;
+  Status s;
+  ExpectHugeBytesRefused(256, 1, &src, &s);
   EXPECT_NE(s.message().find("for 256 entries"), std::string::npos) << s.ToString();
-  EXPECT_FALSE(std::filesystem::exists(dir + "/out.pt"));
 }
 
 }  // namespace
