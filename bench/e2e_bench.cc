@@ -381,6 +381,26 @@ int main(int argc, char** argv) {
                 s.name.c_str(), s.gibs.back(), secs, open_ms.back());
   };
 
+  // Reads the file's whole 4 MiB blocks raw into the tensors of `into`
+  // (GiB/s of stored bytes): the raw read for that memory. A direct read
+  // hands the disk one segment per physically contiguous run of 4 KiB
+  // pages (at most 254 per request here), where the raw baseline's huge
+  // pages need two; how fast it goes depends on how the memory was faulted
+  // in (ReadOptions::host_reads).
+  Series raw_read_into{"raw read of the none file into the load's tensors"};
+  auto raw_read_into_tensors = [&](const std::string& path, const ckfmt::Value& into, Series& s,
+                                   int run) {
+    std::vector<void*> blocks = WholeBlocks(into, kRawBlock);
+    blocks.resize(std::min<size_t>(blocks.size(), std::filesystem::file_size(path) / kRawBlock));
+    if (blocks.empty()) return;
+    DropCache(path);
+    const long d0 = DiskBusyMs(args.dir);
+    const double t = RawReadInto(path, blocks);
+    s.Busy(d0, DiskBusyMs(args.dir), t);
+    s.gibs.push_back(double(blocks.size() * kRawBlock) / kGiB / t);
+    std::printf("  run %d: %-36s %6.3f GiB/s\n", run, s.name.c_str(), s.gibs.back());
+  };
+
   // Loads into an empty state dict: every entry is reconstructed in fresh
   // memory, as when a trainer resumes before its optimizer has state.
   // Returns the state it made.
@@ -420,15 +440,7 @@ int main(int argc, char** argv) {
     if (!SameTensors(state, made)) Die("reloaded tensors differ from the saved ones");
     std::printf("  run %d: %-36s %6.3f GiB/s  (%.2f s, verified)\n", run, reload.name.c_str(),
                 reload.gibs.back(), secs);
-    std::vector<void*> blocks = WholeBlocks(made, kRawBlock);
-    blocks.resize(std::min<size_t>(blocks.size(), std::filesystem::file_size(path) / kRawBlock));
-    DropCache(path);
-    const long d0 = DiskBusyMs(args.dir);
-    const double t = RawReadInto(path, blocks);
-    raw_read_into_made.Busy(d0, DiskBusyMs(args.dir), t);
-    raw_read_into_made.gibs.push_back(double(blocks.size() * kRawBlock) / kGiB / t);
-    std::printf("  run %d: %-36s %6.3f GiB/s\n", run, raw_read_into_made.name.c_str(),
-                raw_read_into_made.gibs.back());
+    raw_read_into_tensors(path, made, raw_read_into_made, run);
   };
 
   // The first write after a spell of reads runs up to 25% slower on this
@@ -468,26 +480,10 @@ int main(int argc, char** argv) {
     std::printf("  run %d: %-36s %6.3f GiB/s\n", run, s.name.c_str(), s.gibs.back());
   };
 
-  // Reads the file's whole 4 MiB blocks into the load's destination tensors
-  // (GiB/s of stored bytes): the raw read for that memory. A direct read
-  // hands the disk one segment per physically contiguous run of 4 KiB
-  // pages (at most 254 per request here), where the raw baseline's huge
-  // pages need two; how fast it goes depends on how the memory was faulted
-  // in (ReadOptions::host_reads).
-  Series raw_read_into{"raw read of the none file into the load's tensors"};
   auto do_raw_read_into = [&](const std::string& path, int run) {
     // Not aligned for O_DIRECT, or the destination is the source state.
     if (args.dest_offset % 4096 != 0 || args.one_copy) return;
-    DropCache(path);
-    std::vector<void*> blocks = WholeBlocks(MakeStateDict(L, into_bufs, 0), kRawBlock);
-    blocks.resize(std::min<size_t>(blocks.size(), std::filesystem::file_size(path) / kRawBlock));
-    if (blocks.empty()) return;
-    const long d0 = DiskBusyMs(args.dir);
-    const double t = RawReadInto(path, blocks);
-    raw_read_into.Busy(d0, DiskBusyMs(args.dir), t);
-    raw_read_into.gibs.push_back(double(blocks.size() * kRawBlock) / kGiB / t);
-    std::printf("  run %d: %-36s %6.3f GiB/s\n", run, raw_read_into.name.c_str(),
-                raw_read_into.gibs.back());
+    raw_read_into_tensors(path, MakeStateDict(L, into_bufs, 0), raw_read_into, run);
   };
 
   // Full verification (every chunk's checksum, decode, zero padding); GiB/s
