@@ -72,7 +72,8 @@ double RawTransfer(const std::string& path, uint64_t bytes, bool write, RawIo& i
 // Seconds to read the first blocks.size() whole kRawBlock blocks of `path`
 // into `blocks` (block k into blocks[k], each aligned for O_DIRECT), as
 // RawTransfer reads: a raw read into given memory, such as a load's
-// destination tensors, whose pages decide how many requests the disk gets.
+// destination tensors, whose physical page layout decides how many
+// segments the disk gets.
 double RawReadInto(const std::string& path, const std::vector<void*>& blocks);
 
 // While alive, a thread per hardware thread spins at the lowest priority
