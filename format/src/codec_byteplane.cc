@@ -53,7 +53,9 @@ size_t HeaderSize(size_t e) { return 2 + e * kDescriptor; }
 // GCC 12's intrinsics headers trip -Wmaybe-uninitialized on their own
 // _mm512_undefined_* placeholders here.
 #pragma GCC diagnostic push
+#if !defined(__clang__)  // Clang has no such warning, and warns about the name
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 __attribute__((target("avx512f,avx512bw,avx512vbmi")))
 size_t SplitVbmi(const uint8_t* __restrict in, size_t e, size_t n, uint8_t* const* dst) {
   size_t i = 0;
