@@ -20,6 +20,14 @@ class UringIo final : public BlockIo {
   ~UringIo() override {
     if (!initialized_) return;
     while (in_flight_ > 0) (void)Wait();
+    // The kernel tears a ring down later, on a worker, and a file
+    // registered with it stays open until then: the unlinked temporary of a
+    // save that ran out of space kept that space for ~20 ms after Save
+    // returned, and a retry at once found the disk still full. Unregistering
+    // lets go of the file now, and unpins the buffers (locked memory that
+    // the next operation's registration is counted against).
+    if (fixed_file_) (void)io_uring_unregister_files(&ring_);
+    if (fixed_buffers_) (void)io_uring_unregister_buffers(&ring_);
     io_uring_queue_exit(&ring_);
   }
 
