@@ -7,6 +7,7 @@
 #include <map>
 
 #include "ckfmt/checksum.h"
+#include "ckfmt/commit.h"
 #include "ckfmt/file_layout.h"
 #include "ckfmt/log.h"
 #include "ckfmt/utf8.h"
@@ -117,6 +118,7 @@ class CheckpointWriter::Impl {
 
 Status CheckpointWriter::Impl::Open() {
   if (opts_.chunk_size == 0) return Status::InvalidArgument("chunk_size must be positive");
+  CKFMT_RETURN_IF_ERROR(CheckCommitTarget(path_));
   CKFMT_ASSIGN_OR_RETURN(file_, File::Create(tmp_path_, opts_.io.direct_io));
   open_ = true;
   // A slot must hold any chunk as stored, plus its padding; encoding never

@@ -417,6 +417,23 @@ TEST(Refusal, DestinationFormatMustBeKnown) {
   EXPECT_TRUE(ConvertStatus(Fixture("mlp_adamw.pt"), dir + "/out.xyz", o).ok());
 }
 
+TEST(Refusal, DestinationThatIsADirectory) {
+  // Every output format refuses it, with nothing left behind.
+  std::string dir = MakeTempDir("dstdir");
+  for (const char* name : {"/out.ckfmt", "/out.safetensors", "/out.pt"}) {
+    const std::string dst = dir + name;
+    std::filesystem::create_directory(dst);
+    Status s = ConvertStatus(Fixture("mlp_adamw.pt"), dst);
+    ASSERT_FALSE(s.ok()) << name;
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.message().find(dst + " is a directory"), std::string::npos) << s.ToString();
+    EXPECT_TRUE(std::filesystem::is_empty(dst));
+  }
+  const auto entries = std::distance(std::filesystem::directory_iterator(dir),
+                                     std::filesystem::directory_iterator());
+  EXPECT_EQ(entries, 3) << "temporaries left in " << dir;
+}
+
 // Converts (to torch.save) a few-MiB ckfmt file whose `entries` bytes
 // entries declare `gib_each` GiB each in compressed chunks (which decode to
 // up to 1 GiB each); expects the refusal for memory, before anything is

@@ -230,6 +230,24 @@ TEST(DistSave, ShardsThatDoNotTileAreRefusedAndNothingIsWritten) {
   }
 }
 
+TEST(DistSave, OntoADirectoryIsRefusedBeforeWriting) {
+  TempDir dir;
+  SingleCommunicator comm;
+  const std::string target = dir.File("a_directory");
+  ASSERT_TRUE(std::filesystem::create_directory(target));
+  for (SaveMode mode : {SaveMode::kFlattened, SaveMode::kParallel}) {
+    DistSaveOptions o;
+    o.mode = mode;
+    o.save.fsync = false;
+    auto s = DistSave(comm, target, MakeFullState(3), o);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << s.status().ToString();
+    EXPECT_NE(s.status().message().find("is a directory"), std::string::npos)
+        << s.status().message();
+    EXPECT_EQ(ListDir(dir.path()), std::vector<std::string>{"a_directory"});
+  }
+}
+
 TEST(DistSave, RegionThatDoesNotMatchTheTensorIsRefused) {
   SingleCommunicator comm;
   Tensor t = Tensor::Zeros(DType::kF32, {2, 3});

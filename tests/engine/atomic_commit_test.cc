@@ -255,6 +255,22 @@ TEST_F(AtomicCommitTest, ReplacedLargeFileIsReleased) {
   EXPECT_EQ(now, before) << "the replaced file is still held open";
 }
 
+TEST_F(AtomicCommitTest, SaveOntoADirectoryIsRefusedBeforeWriting) {
+  // rename(2) cannot replace a directory: found at the start, not after
+  // the whole state has been written.
+  const std::string target = dir.File("a_directory");
+  std::filesystem::create_directory(target);
+  auto w = CheckpointWriter::Create(target, SmallSaveOptions());
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument) << w.status().ToString();
+  EXPECT_NE(w.status().message().find(target + " is a directory"), std::string::npos)
+      << w.status().ToString();
+  EXPECT_EQ(ckfmt::Save(target, old_value, SmallSaveOptions()).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(std::filesystem::is_directory(target));
+  EXPECT_TRUE(TempNames(dir.List()).empty()) << ::testing::PrintToString(dir.List());
+}
+
 TEST_F(AtomicCommitTest, NewPathLeavesNothingOnFailure) {
   const std::string other = dir.File("new.ckfmt");
   {

@@ -23,6 +23,7 @@
 #include <map>
 
 #include "ckfmt/checksum.h"
+#include "ckfmt/commit.h"
 #include "ckfmt/dist/comm_util.h"
 #include "ckfmt/file_layout.h"
 #include "ckfmt/log.h"
@@ -304,6 +305,7 @@ Status ParallelSave(SaveContext& ctx) {
   // failed cut above fails the agreement on it.)
   std::string tmp;
   std::unique_ptr<File> file;
+  if (ctx.root() && local.ok()) local = CheckCommitTarget(ctx.path);
   if (ctx.root() && local.ok()) {
     tmp = TemporaryPathFor(ctx.path);
     auto f = File::Create(tmp, so.io.direct_io);

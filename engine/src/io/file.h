@@ -85,11 +85,5 @@ class File {
 // spread over them (every page of a smaller range); 0 if it cannot be told.
 double CachedFraction(const File& file, uint64_t offset, uint64_t length);
 
-// "<path>.tmp.<random>" in the same directory.
-std::string TemporaryPathFor(const std::string& path);
-// rename(from, to), then fsync of the directory holding `to` if `sync_dir`.
-// A large file that `to` named before is freed on a background thread
-// after the rename, not in it.
-Status CommitRename(const std::string& from, const std::string& to, bool sync_dir);
 
 }  // namespace ckfmt

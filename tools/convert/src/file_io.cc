@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "ckfmt/commit.h"
+
 namespace ckfmt::convert {
 
 Result<std::shared_ptr<InputFile>> InputFile::Open(const std::string& path) {
@@ -68,7 +70,8 @@ Status InputFile::ReadAt(uint64_t offset, void* dst, uint64_t n, const std::stri
 }
 
 Result<std::unique_ptr<OutputFile>> OutputFile::Create(const std::string& path) {
-  std::string tmp = path + ".convert-tmp." + std::to_string(::getpid());
+  CKFMT_RETURN_IF_ERROR(CheckCommitTarget(path));
+  std::string tmp = TemporaryPathFor(path);
   int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Status::FromErrno(errno, "create " + tmp);
   return std::unique_ptr<OutputFile>(new OutputFile(path, tmp, fd));
@@ -117,17 +120,8 @@ Status OutputFile::Commit(bool fsync) {
     return Status::FromErrno(errno, "close " + tmp_);
   }
   fd_ = -1;
-  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
-    return Status::FromErrno(errno, "rename " + tmp_ + " to " + path_);
-  }
+  CKFMT_RETURN_IF_ERROR(CommitRename(tmp_, path_, fsync));
   done_ = true;
-  if (fsync) {
-    int dfd = ::open(DirName(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
-  }
   return Status::OK();
 }
 

@@ -38,7 +38,8 @@ class InputFile {
   uint64_t region_offset_ = 0;
 };
 
-// Writes `<path>.convert-tmp.<pid>` and renames it to `path` on Commit.
+// Writes a temporary beside `path` and renames it over `path` on Commit
+// (ckfmt/commit.h): `path` keeps its old file until then.
 class OutputFile {
  public:
   static Result<std::unique_ptr<OutputFile>> Create(const std::string& path);

@@ -1,0 +1,28 @@
+// Replacing a file so that its name never shows a partial one: write a
+// temporary beside it, make it durable, then rename it over the name. A
+// crash or an error at any moment leaves the old file, or the new one,
+// whole. The engine's writers save this way; tools that write other
+// formats (ckfmt convert) use the same steps.
+#pragma once
+
+#include <string>
+
+#include "ckfmt/status.h"
+
+namespace ckfmt {
+
+// "<path>.tmp.<16 hex digits>", random, in the same directory (so that the
+// rename stays within one file system).
+std::string TemporaryPathFor(const std::string& path);
+
+// Fails with kInvalidArgument if `path` names a directory, which
+// CommitRename could not replace: a save checks before writing, not after.
+Status CheckCommitTarget(const std::string& path);
+
+// rename(from, to), then an fsync of the directory holding `to` if
+// `sync_dir`. REQUIRES: `from` is durable already (fsynced) if the result
+// must survive a crash. A large file that `to` named before is freed on a
+// background thread after the rename, not inside it.
+Status CommitRename(const std::string& from, const std::string& to, bool sync_dir);
+
+}  // namespace ckfmt
