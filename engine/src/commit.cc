@@ -1,15 +1,21 @@
 // The commit steps of ckfmt/commit.h.
 #include "ckfmt/commit.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
+#include <ctime>
 #include <random>
 #include <system_error>
 #include <thread>
+
+#include "ckfmt/log.h"
 
 namespace ckfmt {
 
@@ -27,6 +33,63 @@ Status CheckCommitTarget(const std::string& path) {
     return Status::InvalidArgument(path + " is a directory, which a save cannot replace");
   }
   return Status::OK();
+}
+
+void HoldTemporary(int fd) { (void)::flock(fd, LOCK_EX | LOCK_NB); }
+
+namespace {
+
+// Whether `name` is "<base>.tmp." followed by TemporaryPathFor's 16 hex digits.
+bool IsTemporaryOf(const std::string& name, const std::string& base) {
+  const std::string prefix = base + ".tmp.";
+  if (name.size() != prefix.size() + 16 || name.compare(0, prefix.size(), prefix) != 0) {
+    return false;
+  }
+  for (size_t i = prefix.size(); i < name.size(); ++i) {
+    if (!std::isxdigit(static_cast<unsigned char>(name[i]))) return false;
+  }
+  return true;
+}
+
+std::string DirectoryOf(const std::string& path) {
+  std::string copy = path;
+  return ::dirname(copy.data());
+}
+
+std::string BaseOf(const std::string& path) {
+  std::string copy = path;
+  return ::basename(copy.data());
+}
+
+}  // namespace
+
+uint64_t RemoveStaleTemporaries(const std::string& path) {
+  const std::string dir = DirectoryOf(path), base = BaseOf(path);
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return 0;
+  uint64_t freed = 0;
+  const time_t now = std::time(nullptr);
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (!IsTemporaryOf(name, base)) continue;
+    int fd = ::openat(::dirfd(d), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat st;
+    // A live save takes its lock just after creating the file: the age
+    // covers that instant, and the clock of a network file system a little
+    // off. The lock is tried last, so a young file is never locked here.
+    const bool stale = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+                       now - st.st_mtime >= kStaleTemporarySeconds &&
+                       ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+    if (stale && ::unlinkat(::dirfd(d), name.c_str(), 0) == 0) {
+      freed += uint64_t(st.st_blocks) * 512;
+      Log(LogLevel::kWarning, "removed " + dir + "/" + name + " (" + std::to_string(st.st_size) +
+                                  " bytes), left by a save of " + path + " that did not finish");
+    }
+    ::close(fd);
+  }
+  ::closedir(d);
+  return freed;
 }
 
 namespace {
@@ -70,8 +133,7 @@ Status CommitRename(const std::string& from, const std::string& to, bool sync_di
     }
   }
   if (!sync_dir) return Status::OK();
-  std::string copy = to;
-  std::string dir = ::dirname(copy.data());
+  const std::string dir = DirectoryOf(to);
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return Status::FromErrno(errno, "cannot open directory " + dir + " to fsync it");
   int rc = ::fsync(fd);

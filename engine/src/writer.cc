@@ -119,7 +119,9 @@ class CheckpointWriter::Impl {
 Status CheckpointWriter::Impl::Open() {
   if (opts_.chunk_size == 0) return Status::InvalidArgument("chunk_size must be positive");
   CKFMT_RETURN_IF_ERROR(CheckCommitTarget(path_));
+  (void)RemoveStaleTemporaries(path_);  // before this save needs the space
   CKFMT_ASSIGN_OR_RETURN(file_, File::Create(tmp_path_, opts_.io.direct_io));
+  HoldTemporary(file_.fd());
   open_ = true;
   // A slot must hold any chunk as stored, plus its padding; encoding never
   // makes one larger, as chunks that do not shrink are stored raw.

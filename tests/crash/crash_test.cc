@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "ckfmt/commit.h"
 #include "ckfmt/reader.h"
 #include "ckfmt/verify.h"
 #include "ckfmt/writer.h"
@@ -182,6 +184,22 @@ class CrashTest : public ::testing::TestWithParam<KillPoint> {
   Value old_value;
 };
 
+// Whether the lock a dead writer held on its temporary goes within 10 s.
+// Not at once: the file stays open, lock and all, while the kernel tears
+// down the dead process's io_uring ring (it had the file registered), a
+// few milliseconds after the process is gone.
+bool LockIsReleased(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool free = false;
+  for (int i = 0; i < 1000 && !free; ++i) {
+    free = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+    if (!free) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::close(fd);
+  return free;
+}
+
 TEST_P(CrashTest, KilledWriterLeavesAValidCheckpoint) {
   const KillPoint& kp = GetParam();
   bool reached = true;
@@ -210,15 +228,19 @@ TEST_P(CrashTest, KilledWriterLeavesAValidCheckpoint) {
   }
   RecordProperty("final_file", is_old ? "old" : "new");
   // Stray temporaries may remain; they never shadow the final name, and a
-  // later save over it still works.
+  // later save over it still works. Once they are old enough, that save
+  // removes them: the killed writer's lock on its temporary died with it.
   for (const std::string& name : TempNames(dir.List())) {
     EXPECT_EQ(name.rfind("ckpt.ckfmt.tmp.", 0), 0u) << name;
+    SetModifiedSecondsAgo(dir.File(name), kStaleTemporarySeconds + 5);
+    EXPECT_TRUE(LockIsReleased(dir.File(name))) << name;
   }
   Value later = MakeRichStateDict(78);
   CKFMT_ASSERT_OK(ckfmt::Save(path, later, SmallSaveOptions()));
   Value sd = Dict{};
   CKFMT_ASSERT_OK(ckfmt::Load(path, &sd));
   EXPECT_TRUE(ValuesBitwiseEqual(later, sd));
+  EXPECT_TRUE(TempNames(dir.List()).empty()) << ::testing::PrintToString(dir.List());
 }
 
 const KillPoint kKillPoints[] = {

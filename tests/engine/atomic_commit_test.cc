@@ -3,6 +3,7 @@
 // temporary files behind.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <functional>
 #include <thread>
 
+#include "ckfmt/commit.h"
 #include "ckfmt/reader.h"
 #include "ckfmt/writer.h"
 #include "util/file_util.h"
@@ -268,6 +270,56 @@ TEST_F(AtomicCommitTest, SaveOntoADirectoryIsRefusedBeforeWriting) {
   EXPECT_EQ(ckfmt::Save(target, old_value, SmallSaveOptions()).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_TRUE(std::filesystem::is_directory(target));
+  EXPECT_TRUE(TempNames(dir.List()).empty()) << ::testing::PrintToString(dir.List());
+}
+
+// Writes `name` in the test directory with `bytes` bytes, last modified
+// `age_seconds` ago.
+void MakeFile(const ScopedTempDir& dir, const std::string& name, size_t bytes, int age_seconds) {
+  WriteFileBytes(dir.File(name), std::string(bytes, 'x'));
+  SetModifiedSecondsAgo(dir.File(name), age_seconds);
+}
+
+TEST_F(AtomicCommitTest, StaleTemporariesOfInterruptedSavesAreRemoved) {
+  const int old_enough = kStaleTemporarySeconds + 5;
+  MakeFile(dir, "ckpt.ckfmt.tmp.0123456789abcdef", 100000, old_enough);  // stale
+  MakeFile(dir, "ckpt.ckfmt.tmp.00000000000000ff", 100, old_enough);     // stale
+  MakeFile(dir, "ckpt.ckfmt.tmp.fedcba9876543210", 100, 0);           // too young
+  MakeFile(dir, "ckpt.ckfmt.tmp.1111111111111111", 100, old_enough);  // held, below
+  MakeFile(dir, "other.ckfmt.tmp.0123456789abcdef", 100, old_enough); // another file's
+  MakeFile(dir, "ckpt.ckfmt.tmp.notarandomname!", 100, old_enough);   // not our name
+  // A live save's lock, as another process would hold it.
+  const int held = ::open(dir.File("ckpt.ckfmt.tmp.1111111111111111").c_str(), O_RDONLY);
+  ASSERT_GE(held, 0);
+  HoldTemporary(held);
+
+  LogCapture log;
+  CKFMT_ASSERT_OK(ckfmt::Save(path, old_value, SmallSaveOptions()));
+  ::close(held);
+  EXPECT_EQ(dir.List(), (std::vector<std::string>{
+                            "ckpt.ckfmt", "ckpt.ckfmt.tmp.1111111111111111",
+                            "ckpt.ckfmt.tmp.fedcba9876543210", "ckpt.ckfmt.tmp.notarandomname!",
+                            "other.ckfmt.tmp.0123456789abcdef"}));
+  EXPECT_EQ(log.CountContaining(LogLevel::kWarning, "ckpt.ckfmt.tmp.0123456789abcdef (100000 bytes)"),
+            1u);
+  EXPECT_EQ(log.CountContaining(LogLevel::kWarning, "that did not finish"), 2u);
+}
+
+TEST_F(AtomicCommitTest, AStalledLiveSaveKeepsItsTemporary) {
+  // A save that has written nothing for longer than the stale age (an
+  // async save waiting on a slow disk, say) still holds its temporary.
+  auto first = StartWriter();
+  ASSERT_NE(first, nullptr);
+  auto temps = TempNames(dir.List());
+  ASSERT_EQ(temps.size(), 1u);
+  SetModifiedSecondsAgo(dir.File(temps[0]), kStaleTemporarySeconds + 5);
+
+  CKFMT_ASSERT_OK(ckfmt::Save(path, MakeRichStateDict(26), SmallSaveOptions()));
+  EXPECT_TRUE(FileExists(dir.File(temps[0])));
+  CKFMT_ASSERT_OK(first->Commit());
+  Value sd = Dict{};
+  CKFMT_ASSERT_OK(ckfmt::Load(path, &sd));
+  EXPECT_TRUE(sd.as_dict().Find("model") != nullptr);
   EXPECT_TRUE(TempNames(dir.List()).empty()) << ::testing::PrintToString(dir.List());
 }
 

@@ -10,6 +10,8 @@ std::string ReadFileBytes(const std::string& path);
 void WriteFileBytes(const std::string& path, const std::string& bytes);
 uint64_t FileSize(const std::string& path);
 bool FileExists(const std::string& path);
+// Sets the file's access and modification times to `seconds` ago.
+void SetModifiedSecondsAgo(const std::string& path, int seconds);
 // XORs the byte at `offset` with `mask` (in place, via pwrite).
 void XorByte(const std::string& path, uint64_t offset, uint8_t mask = 0xff);
 uint8_t ReadByte(const std::string& path, uint64_t offset);

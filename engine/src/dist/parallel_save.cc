@@ -307,10 +307,12 @@ Status ParallelSave(SaveContext& ctx) {
   std::unique_ptr<File> file;
   if (ctx.root() && local.ok()) local = CheckCommitTarget(ctx.path);
   if (ctx.root() && local.ok()) {
+    (void)RemoveStaleTemporaries(ctx.path);
     tmp = TemporaryPathFor(ctx.path);
     auto f = File::Create(tmp, so.io.direct_io);
     if (f.ok()) {
       file = std::make_unique<File>(std::move(*f));
+      HoldTemporary(file->fd());
       AlignedBuffer header(kHeaderSize);
       EncodeHeader(FileHeader{}, header.data());
       local = file->WriteAt(0, header.data(), kHeaderSize);

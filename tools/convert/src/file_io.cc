@@ -71,9 +71,11 @@ Status InputFile::ReadAt(uint64_t offset, void* dst, uint64_t n, const std::stri
 
 Result<std::unique_ptr<OutputFile>> OutputFile::Create(const std::string& path) {
   CKFMT_RETURN_IF_ERROR(CheckCommitTarget(path));
+  (void)RemoveStaleTemporaries(path);
   std::string tmp = TemporaryPathFor(path);
-  int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return Status::FromErrno(errno, "create " + tmp);
+  HoldTemporary(fd);
   return std::unique_ptr<OutputFile>(new OutputFile(path, tmp, fd));
 }
 
