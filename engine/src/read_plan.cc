@@ -33,10 +33,19 @@ struct ChunkTask {
 
 constexpr uint64_t kMaxGap = 256 << 10;  // read through gaps up to this size
 
-std::string Describe(const File& file, const ChunkTask& t) {
-  return file.path() + ": " + FormatKeyPath(t.entry->path) + ": chunk at offset " +
-         std::to_string(t.chunk->offset) + " (raw bytes " + std::to_string(t.raw_begin) + ".." +
+std::string DescribeChunk(const ChunkTask& t) {
+  return FormatKeyPath(t.entry->path) + ": chunk at offset " + std::to_string(t.chunk->offset) +
+         " (raw bytes " + std::to_string(t.raw_begin) + ".." +
          std::to_string(t.raw_begin + t.chunk->raw_size) + " of its piece)";
+}
+
+std::string Describe(const File& file, const ChunkTask& t) {
+  return file.path() + ": " + DescribeChunk(t);
+}
+
+// A failed read of `t`'s chunk, saying which it was.
+Status WhileReading(const Status& s, const ChunkTask& t) {
+  return s.ok() ? s : Status(s.code(), s.message() + ", while reading " + DescribeChunk(t));
 }
 
 // Adds the copies that move `target`'s overlap with each piece of its entry.
@@ -221,7 +230,7 @@ Status ReadCached(const File& file, const std::map<uint64_t, ChunkTask>& tasks,
     if (!t.device && c.codec == uint8_t(Codec::kNone) && t.copies.size() == 1 &&
         t.copies[0].len == c.raw_size) {
       uint8_t* dst = t.copies[0].dst;
-      errs[i] = file.ReadAt(c.offset, dst, c.raw_size);
+      errs[i] = WhileReading(file.ReadAt(c.offset, dst, c.raw_size), t);
       if (errs[i].ok() && options.verify_checksums) {
         uint64_t sum = Checksum(dst, c.raw_size);
         if (sum != c.checksum) errs[i] = ChecksumMismatch(file, t, sum);
@@ -243,7 +252,7 @@ Status ReadCached(const File& file, const std::map<uint64_t, ChunkTask>& tasks,
       buf.resize(c.stored_size);
       into = buf.data();
     }
-    errs[i] = file.ReadAt(c.offset, into, c.stored_size);
+    errs[i] = WhileReading(file.ReadAt(c.offset, into, c.stored_size), t);
     if (errs[i].ok()) errs[i] = ProcessChunk(file, t, into, options.verify_checksums, dev);
   });
   for (const ChunkTask* t : list) *bytes_read += t->chunk->stored_size;
@@ -339,6 +348,7 @@ Status ReadSession::Read(const std::vector<ReadTarget>& targets, ThreadPool& poo
   job.on_item = [&](size_t i, const uint8_t* stored, unsigned) {
     return ProcessChunk(file_, *order[i], stored, options_.verify_checksums, device_.get());
   };
+  job.describe_item = [&](size_t i) { return DescribeChunk(*order[i]); };
   if (bounce) {
     job.with_own_buffer = [&](uint8_t* buf, size_t n, const std::function<Status()>& use) {
       PinnedRanges pinned;  // device copies read from it

@@ -90,6 +90,12 @@ class ParallelScan {
   void Fail(const Status& s) {
     if (status_.ok()) status_ = s;
   }
+  // A failed read of request `r`, with what its first item holds.
+  Status WhileReading(const Status& s, size_t r) const {
+    const ScanRequest& q = job_.requests[r];
+    if (s.ok() || !job_.describe_item || q.first_item == q.end_item) return s;
+    return Status(s.code(), s.message() + ", while reading " + job_.describe_item(q.first_item));
+  }
 
   const File& file_;
   ScanStaging& staging_;
@@ -214,6 +220,9 @@ void ParallelScan::TakeCompletion(BlockIo::Completion& c) {
   if (c.status.ok() && (c.slot < 0 || size_t(c.slot) >= tag_req_.size())) {
     c.status = Status::Internal("read completed with an unknown tag");
   }
+  if (!c.status.ok() && c.slot >= 0 && size_t(c.slot) < tag_req_.size()) {
+    c.status = WhileReading(c.status, tag_req_[c.slot]);
+  }
   Fail(c.status);
   if (!c.status.ok()) return;
   free_tags_.push_back(c.slot);
@@ -242,7 +251,8 @@ Status ParallelScan::RunJob(const Job& j, unsigned worker) {
     const ScanRequest& q = job_.requests[j.request];
     AlignedBuffer buf(q.end - q.begin);
     auto use = [&]() -> Status {
-      CKFMT_RETURN_IF_ERROR(file_.ReadAt(q.begin, buf.data(), q.end - q.begin));
+      CKFMT_RETURN_IF_ERROR(
+          WhileReading(file_.ReadAt(q.begin, buf.data(), q.end - q.begin), j.request));
       for (size_t k = q.first_item; k < q.end_item; ++k) {
         CKFMT_RETURN_IF_ERROR(job_.on_item(k, buf.data() + (job_.item_begin[k] - q.begin), worker));
       }

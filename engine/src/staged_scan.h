@@ -73,6 +73,9 @@ struct ScanJob {
   // pool.size() and no two calls with the same worker run at once. A
   // failure stops the scan and is returned.
   std::function<Status(size_t item, const uint8_t* bytes, unsigned worker)> on_item;
+  // Names what an item holds (e.g. a key's chunk), for the error of a read
+  // that fails: it is added to the message. Optional.
+  std::function<std::string(size_t item)> describe_item;
   // Called on the calling thread with the end of the prefix of requests
   // done so far (non-decreasing). Optional.
   std::function<void(uint64_t done_up_to)> on_progress;

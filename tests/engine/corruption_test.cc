@@ -221,6 +221,40 @@ TEST_F(CorruptionTest, TruncationAtEveryBoundary) {
   }
 }
 
+TEST_F(CorruptionTest, FileTruncatedUnderAnOpenReader) {
+  // Another process cuts the file after Open validated it: the data the
+  // index points at is gone. Loads and region reads fail with kCorruption
+  // naming the file, its size now and the key, whichever way host reads
+  // go; none hangs or crashes.
+  for (int run = 0; run < 3; ++run) {
+    ReadOptions ro = SmallReadOptions();
+    ro.host_reads = run == 0 ? HostReads::kDirect : HostReads::kStaged;
+    if (run == 2) {
+      (void)ReadFileBytes(path);  // cached: reads take the page-cache path
+    } else {
+      DropFileCache(path);
+    }
+    auto reader = CheckpointReader::Open(path, ro);
+    CKFMT_ASSERT_OK(reader);
+    TruncateFile(path, layout.chunks[0].first + 4096);
+    Value sd = Dict{};
+    auto r = (*reader)->Load(&sd);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << r.status().ToString();
+    // What was expected and what was found, and the key being read.
+    for (const std::string& needle : std::vector<std::string>{
+             path + ": unexpected end of file at offset ", "(the file is now " +
+          std::to_string(layout.chunks[0].first + 4096) + " bytes)", "while reading model/w: chunk"}) {
+      EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().ToString();
+    }
+    std::vector<float> w(50 * 100);
+    Status s = (*reader)->ReadRegion({"model", "w"}, Region::Whole({50, 100}), w.data());
+    EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+    EXPECT_NE(s.message().find("model/w"), std::string::npos) << s.ToString();
+    Restore();
+  }
+}
+
 TEST_F(CorruptionTest, ExtendedFile) {
   WriteFileBytes(path, good + std::string(1, '\0'));
   ExpectOpenFails(StatusCode::kCorruption, "one byte appended");

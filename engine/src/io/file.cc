@@ -169,6 +169,13 @@ Result<uint64_t> File::Size() const {
   return static_cast<uint64_t>(st.st_size);
 }
 
+Status File::UnexpectedEnd(uint64_t offset) const {
+  std::string m = path_ + ": unexpected end of file at offset " + std::to_string(offset);
+  struct stat st;
+  if (::fstat(fd_, &st) == 0) m += " (the file is now " + std::to_string(st.st_size) + " bytes)";
+  return Status::Corruption(m);
+}
+
 Status File::ReadAt(uint64_t offset, void* buf, size_t len) const {
   auto* p = static_cast<uint8_t*>(buf);
   while (len > 0) {
@@ -177,10 +184,7 @@ Status File::ReadAt(uint64_t offset, void* buf, size_t len) const {
       if (errno == EINTR) continue;
       return Status::FromErrno(errno, "read of " + path_ + " at offset " + std::to_string(offset));
     }
-    if (n == 0) {
-      return Status::Corruption(path_ + ": unexpected end of file at offset " +
-                                std::to_string(offset));
-    }
+    if (n == 0) return UnexpectedEnd(offset);
     p += n;
     offset += static_cast<uint64_t>(n);
     len -= static_cast<size_t>(n);

@@ -65,6 +65,9 @@ class File {
   // Positioned full read/write (loops over short transfers).
   // REQUIRES for direct files: aligned buffer, offset and length.
   Status ReadAt(uint64_t offset, void* buf, size_t len) const;
+  // kCorruption for a read that found the end of the file at `offset`,
+  // with the file's size now (it may have shrunk since it was opened).
+  Status UnexpectedEnd(uint64_t offset) const;
   Status WriteAt(uint64_t offset, const void* buf, size_t len) const;
   // Allocates [offset, offset + len) (fallocate mode 0): the file's size
   // grows to cover it, and the blocks read as zeros until written.

@@ -82,8 +82,7 @@ class UringIo final : public BlockIo {
       }
       if (res == 0) {
         return {slot, r.write ? Status::IOError("write to " + file_.path() + " made no progress")
-                              : Status::Corruption(file_.path() + ": unexpected end of file at " +
-                                                   std::to_string(r.offset + r.done))};
+                              : file_.UnexpectedEnd(r.offset + r.done)};
       }
       r.done += static_cast<size_t>(res);
       if (r.done == r.len) return {slot, Status::OK()};
