@@ -9,6 +9,9 @@
 // Failures of a background save never leave a partial file at the final
 // name (the commit protocol of writer.h) and surface at the next call to
 // SaveAsync() or Wait().
+//
+// Threads: an AsyncSaver's calls come from one thread at a time; its write
+// runs on a thread of its own, beside any other readers and writers.
 #pragma once
 
 #include <cstdint>

@@ -13,6 +13,10 @@
 //    allocated through the allocator and inserted at their path;
 //  - entries the caller has and the file lacks ("missing") fail by default,
 //    listing all of them.
+//
+// Threads: a CheckpointReader is used by one thread at a time (its calls
+// share its staging and workers). Readers of the same file, each its own
+// CheckpointReader, may run in different threads at once, beside writers.
 #pragma once
 
 #include <memory>

@@ -10,6 +10,9 @@
 // Commit() returns OK nothing exists at `path` that was not there before: an
 // error, Abort(), destruction without Commit(), or a crash leaves any older
 // file at `path` untouched.
+//
+// Threads: a CheckpointWriter is used by one thread at a time. Distinct
+// writers, readers and AsyncSavers may run in different threads at once.
 #pragma once
 
 #include <memory>
