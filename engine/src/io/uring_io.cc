@@ -10,8 +10,34 @@
 #include "ckfmt/log.h"
 #include "io/block_io.h"
 
+#if defined(__SANITIZE_THREAD__)
+#define CKFMT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CKFMT_TSAN 1
+#endif
+#endif
+#if defined(CKFMT_TSAN)
+#include <sanitizer/tsan_interface.h>
+#endif
+
 namespace ckfmt {
 namespace {
+
+// liburing maps and unmaps its rings with raw system calls, which
+// ThreadSanitizer does not see: a ring mapped where another operation's
+// ring was a moment before looked to it like one memory written by two
+// threads without synchronization. The kernel orders a ring's unmap before
+// a later map of its addresses; these tell ThreadSanitizer so (the release
+// comes before the unmap, so that it precedes any such map).
+#if defined(CKFMT_TSAN)
+char ring_lifetimes;  // the synchronization object: its address only
+void RingUnmapping() { __tsan_release(&ring_lifetimes); }
+void RingMapped() { __tsan_acquire(&ring_lifetimes); }
+#else
+void RingUnmapping() {}
+void RingMapped() {}
+#endif
 
 class UringIo final : public BlockIo {
  public:
@@ -28,6 +54,7 @@ class UringIo final : public BlockIo {
     // the next operation's registration is counted against).
     if (fixed_file_) (void)io_uring_unregister_files(&ring_);
     if (fixed_buffers_) (void)io_uring_unregister_buffers(&ring_);
+    RingUnmapping();
     io_uring_queue_exit(&ring_);
   }
 
@@ -36,6 +63,7 @@ class UringIo final : public BlockIo {
     int rc = io_uring_queue_init(static_cast<unsigned>(std::max<size_t>(reqs_.size(), 2)), &ring_, 0);
     if (rc < 0) return std::string("io_uring_queue_init: ") + std::strerror(-rc);
     initialized_ = true;
+    RingMapped();
     std::vector<iovec> iov;
     for (const auto& s : slots_) iov.push_back({s.data(), s.size()});
     fixed_buffers_ = io_uring_register_buffers(&ring_, iov.data(), iov.size()) == 0;
