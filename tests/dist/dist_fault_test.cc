@@ -14,7 +14,8 @@
 // the temporary file is the only thing left besides DIR/ck.
 //
 //   ckfmt_dist_fault_tests resave MODE DIR      (any -np)
-// A later save into a directory holding a stale temporary file succeeds.
+// A later save into a directory holding a stale temporary file succeeds and
+// removes that file.
 //
 // Each rank writes PASS or FAIL to DIR.results/rank<N>. With
 // --enable-recovery mpirun's exit status does not reflect the ranks', so
@@ -33,11 +34,13 @@
 #include <string>
 #include <thread>
 
+#include "ckfmt/commit.h"
 #include "ckfmt/dist/dist_save.h"
 #include "ckfmt/dist/mpi_communicator.h"
 #include "ckfmt/reader.h"
 #include "ckfmt/verify.h"
 #include "dist_test_util.h"
+#include "util/file_util.h"
 
 namespace {
 
@@ -102,15 +105,27 @@ int Finish() {
 
 int Resave(Communicator& comm, SaveMode mode, const std::string& dir) {
   const std::string path = dir + "/ck";
-  std::vector<std::string> before = ListDir(dir);
+  // The killed rank 0's temporary, made old enough to count as stale
+  // (RemoveStaleTemporaries): the save removes it, and changes nothing else.
+  std::vector<std::string> expected;
+  if (comm.rank() == 0) {
+    bool stale = false;
+    for (const auto& n : ListDir(dir)) {
+      if (n.rfind("ck.tmp.", 0) == 0) {
+        stale = true;
+        ckfmt_test::SetModifiedSecondsAgo(dir + "/" + n, kStaleTemporarySeconds + 5);
+      } else {
+        expected.push_back(n);
+      }
+    }
+    CHECK(stale, "expected the stale temporary file of the killed rank 0 in %s", dir.c_str());
+  }
   auto s = DistSave(comm, path, LocalState(3, comm.size(), comm.rank()), Options(mode));
   CHECK(s.ok(), "%s", s.status().ToString().c_str());
   CHECK(comm.Barrier().ok(), "barrier");
   if (comm.rank() == 0) {
-    CHECK(ListDir(dir) == before, "the directory changed beyond the checkpoint");
-    bool stale = false;
-    for (const auto& n : before) stale |= n.rfind("ck.tmp.", 0) == 0;
-    CHECK(stale, "expected the stale temporary file of the killed rank 0 in %s", dir.c_str());
+    CHECK(ListDir(dir) == expected,
+          "the directory should hold what it held less the stale temporary");
     auto v = VerifyFile(path);
     CHECK(v.ok() && v->ok(), "verify failed");
     CHECK(LoadsAs(path, 3), "the new checkpoint does not load");
