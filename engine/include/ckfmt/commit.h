@@ -2,9 +2,11 @@
 // temporary beside it, make it durable, then rename it over the name. A
 // crash or an error at any moment leaves the old file, or the new one,
 // whole. The engine's writers save this way; tools that write other
-// formats (ckfmt convert) use the same steps.
+// formats (ckfmt convert) use the same steps. Before creating its own
+// temporary, a save removes those of killed saves of the same name.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "ckfmt/status.h"
