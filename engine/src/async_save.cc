@@ -9,6 +9,7 @@
 #include <map>
 
 #include "ckfmt/checksum.h"
+#include "ckfmt/commit.h"
 #include "ckfmt/log.h"
 #include "device/device_ops.h"
 #include "io/file.h"
@@ -29,6 +30,8 @@ class AsyncSaver::Impl {
   Status SaveAsync(const std::string& path, const Value& sd, const SaveOptions& options) {
     auto start = std::chrono::steady_clock::now();
     if (!sd.is_dict()) return Status::InvalidArgument(path + ": the state dict must be a dict");
+    // Known before the snapshot: the caller is not blocked for a save that cannot commit.
+    CKFMT_RETURN_IF_ERROR(CheckCommitTarget(path));
     if (running_) {
       if (!opts_.wait_if_busy) {
         return Status::Aborted(path + ": a background save to " + in_flight_path_ +

@@ -140,6 +140,17 @@ TEST(AsyncSaveTest, BackgroundFailureSurfacesAtTheNextSave) {
   (void)saver.Wait();
 }
 
+TEST(AsyncSaveTest, ADirectoryAsThePathIsRefusedAtOnce) {
+  // Before the snapshot, not at Wait(): such a save could never commit.
+  ScopedTempDir dir;
+  AsyncSaver saver;
+  Status st = saver.SaveAsync(dir.path(), MakeRichStateDict(35), SmallSaveOptions());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("is a directory"), std::string::npos) << st.ToString();
+  EXPECT_FALSE(saver.busy());
+  EXPECT_EQ(saver.last_blocked_seconds(), 0.0);
+}
+
 TEST(AsyncSaveTest, WaitWithNothingSavedIsAnError) {
   AsyncSaver saver;
   EXPECT_FALSE(saver.Wait().ok());

@@ -39,7 +39,8 @@ class AsyncSaver {
   // Returns once the snapshot is taken, device copies included: the caller
   // may then modify its tensors (REQUIRES: work the caller enqueued on its
   // own CUDA streams that writes them has completed before the call). If the previous background
-  // save failed, returns that error (and starts nothing).
+  // save failed, returns that error (and starts nothing). A `path` that
+  // names a directory is refused at once, before the snapshot.
   Status SaveAsync(const std::string& path, const Value& state_dict,
                    const SaveOptions& options = {});
 
