@@ -61,13 +61,11 @@ std::string BaseOf(const std::string& path) {
   return ::basename(copy.data());
 }
 
-}  // namespace
-
-uint64_t RemoveStaleTemporaries(const std::string& path) {
+// The stale temporaries of `path` (see PrepareTemporary), removed.
+void RemoveStaleTemporaries(const std::string& path) {
   const std::string dir = DirectoryOf(path), base = BaseOf(path);
   DIR* d = ::opendir(dir.c_str());
-  if (!d) return 0;
-  uint64_t freed = 0;
+  if (!d) return;
   const time_t now = std::time(nullptr);
   while (const dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
@@ -82,14 +80,20 @@ uint64_t RemoveStaleTemporaries(const std::string& path) {
                        now - st.st_mtime >= kStaleTemporarySeconds &&
                        ::flock(fd, LOCK_EX | LOCK_NB) == 0;
     if (stale && ::unlinkat(::dirfd(d), name.c_str(), 0) == 0) {
-      freed += uint64_t(st.st_blocks) * 512;
       Log(LogLevel::kWarning, "removed " + dir + "/" + name + " (" + std::to_string(st.st_size) +
                                   " bytes), left by a save of " + path + " that did not finish");
     }
     ::close(fd);
   }
   ::closedir(d);
-  return freed;
+}
+
+}  // namespace
+
+Result<std::string> PrepareTemporary(const std::string& path) {
+  CKFMT_RETURN_IF_ERROR(CheckCommitTarget(path));
+  RemoveStaleTemporaries(path);  // before this save needs the space
+  return TemporaryPathFor(path);
 }
 
 namespace {

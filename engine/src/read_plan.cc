@@ -348,7 +348,7 @@ Status ReadSession::Read(const std::vector<ReadTarget>& targets, ThreadPool& poo
   job.on_item = [&](size_t i, const uint8_t* stored, unsigned) {
     return ProcessChunk(file_, *order[i], stored, options_.verify_checksums, device_.get());
   };
-  job.describe_item = [&](size_t i) { return DescribeChunk(*order[i]); };
+  job.read_error = [&](size_t i, const Status& s) { return WhileReading(s, *order[i]); };
   if (bounce) {
     job.with_own_buffer = [&](uint8_t* buf, size_t n, const std::function<Status()>& use) {
       PinnedRanges pinned;  // device copies read from it

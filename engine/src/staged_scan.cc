@@ -90,11 +90,11 @@ class ParallelScan {
   void Fail(const Status& s) {
     if (status_.ok()) status_ = s;
   }
-  // A failed read of request `r`, with what its first item holds.
+  // A failed read of request `r`, as job_.read_error reports it.
   Status WhileReading(const Status& s, size_t r) const {
     const ScanRequest& q = job_.requests[r];
-    if (s.ok() || !job_.describe_item || q.first_item == q.end_item) return s;
-    return Status(s.code(), s.message() + ", while reading " + job_.describe_item(q.first_item));
+    if (s.ok() || !job_.read_error || q.first_item == q.end_item) return s;
+    return job_.read_error(q.first_item, s);
   }
 
   const File& file_;

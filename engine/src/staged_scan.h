@@ -73,9 +73,9 @@ struct ScanJob {
   // pool.size() and no two calls with the same worker run at once. A
   // failure stops the scan and is returned.
   std::function<Status(size_t item, const uint8_t* bytes, unsigned worker)> on_item;
-  // Names what an item holds (e.g. a key's chunk), for the error of a read
-  // that fails: it is added to the message. Optional.
-  std::function<std::string(size_t item)> describe_item;
+  // Given the error of a failed read and the request's first item, returns
+  // the error to report (e.g. naming the key the item belongs to). Optional.
+  std::function<Status(size_t item, const Status& error)> read_error;
   // Called on the calling thread with the end of the prefix of requests
   // done so far (non-decreasing). Optional.
   std::function<void(uint64_t done_up_to)> on_progress;

@@ -32,7 +32,7 @@ inline constexpr size_t kCompressedWriteDepth = 4;
 class CheckpointWriter::Impl {
  public:
   Impl(std::string path, const SaveOptions& options)
-      : path_(std::move(path)), tmp_path_(TemporaryPathFor(path_)), opts_(options),
+      : path_(std::move(path)), opts_(options),
         pool_(options.io.threads) {}
   ~Impl() { Abort(); }
 
@@ -118,8 +118,7 @@ class CheckpointWriter::Impl {
 
 Status CheckpointWriter::Impl::Open() {
   if (opts_.chunk_size == 0) return Status::InvalidArgument("chunk_size must be positive");
-  CKFMT_RETURN_IF_ERROR(CheckCommitTarget(path_));
-  (void)RemoveStaleTemporaries(path_);  // before this save needs the space
+  CKFMT_ASSIGN_OR_RETURN(tmp_path_, PrepareTemporary(path_));
   CKFMT_ASSIGN_OR_RETURN(file_, File::Create(tmp_path_, opts_.io.direct_io));
   HoldTemporary(file_.fd());
   open_ = true;

@@ -106,7 +106,7 @@ int Finish() {
 int Resave(Communicator& comm, SaveMode mode, const std::string& dir) {
   const std::string path = dir + "/ck";
   // The killed rank 0's temporary, made old enough to count as stale
-  // (RemoveStaleTemporaries): the save removes it, and changes nothing else.
+  // (PrepareTemporary): the save removes it, and changes nothing else.
   std::vector<std::string> expected;
   if (comm.rank() == 0) {
     bool stale = false;

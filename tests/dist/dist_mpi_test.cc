@@ -450,7 +450,7 @@ TEST_F(Dist, ErrorOnOneRankLeavesThePreviousCheckpoint) {
 
 TEST_F(Dist, StaleTemporaryFilesDoNotDisturbASave) {
   // Modified just now, so another writer's as far as a save can tell: kept
-  // (ckfmt/commit.h, RemoveStaleTemporaries; dist_fault_resave_* has them old).
+  // (ckfmt/commit.h, PrepareTemporary; dist_fault_resave_* has them old).
   if (rank == 0) {
     std::ofstream(File("ck.tmp.0000000000000000")) << "stale";
     std::ofstream(File("ck.tmp.ffffffffffffffff")) << "stale";

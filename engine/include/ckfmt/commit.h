@@ -21,19 +21,21 @@ std::string TemporaryPathFor(const std::string& path);
 // CommitRename could not replace: a save checks before writing, not after.
 Status CheckCommitTarget(const std::string& path);
 
+// What a save does before it writes: CheckCommitTarget(path), then removes
+// the temporaries of `path` (TemporaryPathFor's names) that no live save
+// holds and that nothing has written for kStaleTemporarySeconds - what
+// saves killed before their commit left behind, which would otherwise fill
+// the disk one interrupted save at a time (each removal is logged as a
+// warning; a file system without flock keeps them all). Returns the name
+// for this save's temporary: the caller creates it (O_EXCL) and calls
+// HoldTemporary on it at once.
+inline constexpr int kStaleTemporarySeconds = 60;
+Result<std::string> PrepareTemporary(const std::string& path);
+
 // Marks the temporary open at `fd` as a live save's: an exclusive flock,
 // which lasts until its last descriptor closes (or the process dies), so
-// that RemoveStaleTemporaries leaves it alone.
+// that later saves' PrepareTemporary leaves it alone.
 void HoldTemporary(int fd);
-
-// Removes the temporaries of `path` (TemporaryPathFor's names) that no live
-// save holds and that nothing has written for kStaleTemporarySeconds: what
-// saves killed before their commit left behind, which would otherwise fill
-// the disk one interrupted save at a time. Each removal is logged as a
-// warning. Best effort (a file system without flock keeps them all);
-// returns the bytes freed.
-inline constexpr int kStaleTemporarySeconds = 60;
-uint64_t RemoveStaleTemporaries(const std::string& path);
 
 // rename(from, to), then an fsync of the directory holding `to` if
 // `sync_dir`. REQUIRES: `from` is durable already (fsynced) if the result

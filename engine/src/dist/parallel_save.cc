@@ -305,12 +305,11 @@ Status ParallelSave(SaveContext& ctx) {
   // failed cut above fails the agreement on it.)
   std::string tmp;
   std::unique_ptr<File> file;
-  if (ctx.root() && local.ok()) local = CheckCommitTarget(ctx.path);
   if (ctx.root() && local.ok()) {
-    (void)RemoveStaleTemporaries(ctx.path);
-    tmp = TemporaryPathFor(ctx.path);
-    auto f = File::Create(tmp, so.io.direct_io);
+    auto name = PrepareTemporary(ctx.path);
+    auto f = name.ok() ? File::Create(*name, so.io.direct_io) : Result<File>(name.status());
     if (f.ok()) {
+      tmp = *name;
       file = std::make_unique<File>(std::move(*f));
       HoldTemporary(file->fd());
       AlignedBuffer header(kHeaderSize);

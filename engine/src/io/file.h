@@ -88,5 +88,4 @@ class File {
 // spread over them (every page of a smaller range); 0 if it cannot be told.
 double CachedFraction(const File& file, uint64_t offset, uint64_t length);
 
-
 }  // namespace ckfmt

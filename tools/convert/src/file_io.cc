@@ -70,9 +70,7 @@ Status InputFile::ReadAt(uint64_t offset, void* dst, uint64_t n, const std::stri
 }
 
 Result<std::unique_ptr<OutputFile>> OutputFile::Create(const std::string& path) {
-  CKFMT_RETURN_IF_ERROR(CheckCommitTarget(path));
-  (void)RemoveStaleTemporaries(path);
-  std::string tmp = TemporaryPathFor(path);
+  CKFMT_ASSIGN_OR_RETURN(std::string tmp, PrepareTemporary(path));
   int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return Status::FromErrno(errno, "create " + tmp);
   HoldTemporary(fd);
