@@ -43,7 +43,7 @@ struct ReadOptions {
   bool verify_checksums = true;
   // A direct read gives the disk one segment per physically contiguous run
   // of the destination's 4 KiB pages, and a virtio disk's host may serve
-  // each segment on its own: on the one measured (README, "Host reads"),
+  // each segment on its own: on the one measured (bench/HISTORY.md, "Host reads"),
   // direct loads into ordinary tensors ran at 0.9-2.0 GiB/s in a fresh
   // process and staged ones at 2.2-3.5, whatever the memory. Staging costs
   // a copy on the worker threads; on NVMe, which takes scattered pages at
