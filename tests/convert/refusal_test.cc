@@ -11,6 +11,7 @@
 #include "file_io.h"
 #include "pickle_writer.h"
 #include "unpickler.h"
+#include "util/file_util.h"
 #include "util/raw_file.h"
 #include "zip_writer.h"
 
@@ -432,6 +433,25 @@ TEST(Refusal, DestinationThatIsADirectory) {
   const auto entries = std::distance(std::filesystem::directory_iterator(dir),
                                      std::filesystem::directory_iterator());
   EXPECT_EQ(entries, 3) << "temporaries left in " << dir;
+}
+
+TEST(Refusal, SourceThatIsNotARegularFile) {
+  // A FIFO as the source file, or as a DCP directory's .metadata, is
+  // refused at once (a plain open for reading would wait for a writer), as
+  // is a device; nothing is written.
+  const std::string dir = MakeTempDir("fifo");
+  const std::string fifo = dir + "/model.safetensors";
+  ckfmt_test::MakeFifo(fifo);
+  std::filesystem::create_directory(dir + "/dcp");
+  ckfmt_test::MakeFifo(dir + "/dcp/.metadata");
+  for (const std::string& src : {fifo, dir + "/dcp", std::string("/dev/null")}) {
+    const std::string bad = src == dir + "/dcp" ? src + "/.metadata" : src;
+    Status s = ckfmt_test::WithinSeconds(bad, [&] { return ConvertStatus(src, dir + "/out.ckfmt"); });
+    ASSERT_FALSE(s.ok()) << src;
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.message().find(bad + ": not a regular file"), std::string::npos) << s.ToString();
+    EXPECT_FALSE(std::filesystem::exists(dir + "/out.ckfmt"));
+  }
 }
 
 // Converts (to torch.save) a few-MiB ckfmt file whose `entries` bytes

@@ -281,6 +281,30 @@ TEST_F(CorruptionTest, NotACheckpoint) {
   EXPECT_FALSE(directory.ok());
 }
 
+TEST_F(CorruptionTest, PathsThatAreNotRegularFilesAreRefusedAtOnce) {
+  // A FIFO (which a plain open for reading would wait on forever), a
+  // directory and a character device: each is refused by the reader and
+  // by verify, naming the path.
+  const std::string fifo = dir.File("fifo.ckfmt");
+  MakeFifo(fifo);
+  for (const std::string& p : {fifo, dir.path(), std::string("/dev/null")}) {
+    for (bool direct : {true, false}) {
+      ReadOptions ro = SmallReadOptions();
+      ro.io.direct_io = direct;
+      auto r = WithinSeconds(fifo, [&] { return CheckpointReader::Open(p, ro); });
+      ASSERT_FALSE(r.ok()) << p;
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+      EXPECT_NE(r.status().message().find(p + " is not a regular file"), std::string::npos)
+          << r.status().ToString();
+      VerifyOptions vo;
+      vo.io.direct_io = direct;
+      auto v = WithinSeconds(fifo, [&] { return VerifyFile(p, vo); });
+      ASSERT_FALSE(v.ok()) << p;
+      EXPECT_EQ(v.status().code(), StatusCode::kInvalidArgument) << v.status().ToString();
+    }
+  }
+}
+
 TEST_F(CorruptionTest, FooterResealedWithBadIndexPlacement) {
   // Valid footer checksum, index placed beyond the file: a semantic footer error.
   std::string bytes = good;

@@ -91,4 +91,8 @@ void DropFileCache(const std::string& path) {
   if (!ok) Fail("cannot drop the cached pages of", path);
 }
 
+void MakeFifo(const std::string& path) {
+  if (::mkfifo(path.c_str(), 0600) != 0) Fail("cannot make the FIFO", path);
+}
+
 }  // namespace ckfmt_test

@@ -34,8 +34,10 @@ struct VerifyOptions {
   std::function<void(uint64_t, uint64_t)> progress;
 };
 
-// Fails only when the file cannot be opened or read at all (IOError);
-// everything wrong inside the file is a problem in the report.
+// Fails only when the file cannot be opened or read at all: kNotFound,
+// kInvalidArgument for a path that is not a regular file (a directory, a
+// FIFO, a device), kIOError otherwise. Everything wrong inside the file is
+// a problem in the report.
 Result<VerifyReport> VerifyFile(const std::string& path, const VerifyOptions& options = {});
 
 }  // namespace ckfmt

@@ -141,7 +141,10 @@ Result<File> File::OpenWrite(const std::string& path, bool direct) {
 
 Result<File> File::OpenRead(const std::string& path, bool direct) {
   File f;
-  f.fd_ = OpenMaybeDirect(path, O_RDONLY, direct, &f.direct_align_);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+  // writer, forever if none comes; what is not a regular file is refused
+  // below, and for a regular file the flag is cleared again.
+  f.fd_ = OpenMaybeDirect(path, O_RDONLY | O_NONBLOCK, direct, &f.direct_align_);
   if (f.fd_ < 0) {
     int err = errno;
     Status s = Status::FromErrno(err, "cannot open " + path);
@@ -149,8 +152,11 @@ Result<File> File::OpenRead(const std::string& path, bool direct) {
   }
   f.path_ = path;
   struct stat st;
-  if (::fstat(f.fd_, &st) == 0 && !S_ISREG(st.st_mode)) {
-    return Status::InvalidArgument(path + " is not a regular file");
+  if (::fstat(f.fd_, &st) != 0) return Status::FromErrno(errno, "cannot stat " + path);
+  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + " is not a regular file");
+  const int fl = ::fcntl(f.fd_, F_GETFL);
+  if (fl < 0 || ::fcntl(f.fd_, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+    return Status::FromErrno(errno, "cannot set the flags of " + path);
   }
   return f;
 }

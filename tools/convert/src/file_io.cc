@@ -13,7 +13,8 @@
 namespace ckfmt::convert {
 
 Result<std::shared_ptr<InputFile>> InputFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO is refused below instead of waiting for a writer.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return Status::FromErrno(errno, "open " + path);
   struct stat st;
   if (::fstat(fd, &st) != 0) {
@@ -24,6 +25,12 @@ Result<std::shared_ptr<InputFile>> InputFile::Open(const std::string& path) {
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
     return Status::InvalidArgument(path + ": not a regular file");
+  }
+  const int fl = ::fcntl(fd, F_GETFL);
+  if (fl < 0 || ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+    int e = errno;
+    ::close(fd);
+    return Status::FromErrno(e, "set the flags of " + path);
   }
   return std::shared_ptr<InputFile>(new InputFile(path, fd, static_cast<uint64_t>(st.st_size)));
 }
