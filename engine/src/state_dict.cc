@@ -66,6 +66,11 @@ V* FindImpl(V* v, const KeyPath& path) {
   return v;
 }
 
+// "an int", "a dict": the kind of `v` with its article, for messages.
+std::string KindWithArticle(const Value& v) {
+  return std::string(v.kind() == Value::Kind::kInt ? "an " : "a ") + ValueKindName(v.kind());
+}
+
 }  // namespace
 
 Value* Value::Find(const KeyPath& path) { return FindImpl(this, path); }
@@ -81,10 +86,12 @@ Status InsertAtPath(Value* root, const KeyPath& path, Value value) {
       if (last) return std::move(value);
       return std::holds_alternative<std::string>(path[i + 1]) ? Value(Dict{}) : Value(List{});
     };
-    KeyPath so_far(path.begin(), path.begin() + i);
+    // Only for errors: copying the prefix at every level made inserting a
+    // path of depth d cost d^2 (a hostile file's deep paths, cubed).
+    auto so_far = [&] { return KeyPath(path.begin(), path.begin() + i); };
     if (const auto* key = std::get_if<std::string>(&path[i])) {
       if (!v->is_dict()) {
-        return Status::Mismatch(FormatKeyPath(so_far) + " is a " + ValueKindName(v->kind()) +
+        return Status::Mismatch(FormatKeyPath(so_far()) + " is " + KindWithArticle(*v) +
                                 ", expected a dict to hold key \"" + *key + "\"");
       }
       Value* child = v->as_dict().Find(*key);
@@ -92,12 +99,12 @@ Status InsertAtPath(Value* root, const KeyPath& path, Value value) {
     } else {
       uint64_t idx = std::get<uint64_t>(path[i]);
       if (!v->is_list()) {
-        return Status::Mismatch(FormatKeyPath(so_far) + " is a " + ValueKindName(v->kind()) +
+        return Status::Mismatch(FormatKeyPath(so_far()) + " is " + KindWithArticle(*v) +
                                 ", expected a list to hold index " + std::to_string(idx));
       }
       List& list = v->as_list();
       if (idx > list.size()) {
-        return Status::Mismatch(FormatKeyPath(so_far) + " has " + std::to_string(list.size()) +
+        return Status::Mismatch(FormatKeyPath(so_far()) + " has " + std::to_string(list.size()) +
                                 " elements; cannot insert at index " + std::to_string(idx));
       }
       if (idx == list.size()) {

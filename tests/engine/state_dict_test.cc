@@ -89,6 +89,31 @@ TEST(InsertAtPathTest, RefusesWrongParentsAndGaps) {
   EXPECT_FALSE(InsertAtPath(&root, {}, Value()).ok());
 }
 
+TEST(InsertAtPathTest, DeepPathsAndTheirErrors) {
+  // Alternating dict keys and list indices, 2000 levels, as a file may
+  // declare them: created whole, and a refusal deep down names its prefix.
+  KeyPath deep;
+  for (int i = 0; i < 2000; ++i) {
+    if (i % 2) {
+      deep.emplace_back(std::in_place_type<uint64_t>, 0);
+    } else {
+      deep.emplace_back(std::in_place_type<std::string>, "k" + std::to_string(i));
+    }
+  }
+  Value root = Dict{};
+  CKFMT_ASSERT_OK(InsertAtPath(&root, deep, Value(int64_t{42})));
+  const Value* leaf = root.Find(deep);
+  ASSERT_NE(leaf, nullptr);
+  EXPECT_EQ(leaf->as_int(), 42);
+
+  KeyPath below_leaf = deep;
+  below_leaf.push_back("x");
+  Status st = InsertAtPath(&root, below_leaf, Value());
+  EXPECT_EQ(st.code(), StatusCode::kMismatch);
+  EXPECT_NE(st.message().find(FormatKeyPath(deep) + " is an int, expected a dict"), std::string::npos)
+      << st.message().substr(st.message().size() - 80);
+}
+
 TEST(VisitValuesTest, PreOrderWithPaths) {
   Dict inner;
   inner.Set("x", Value(int64_t{1}));
