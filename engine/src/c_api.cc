@@ -1,6 +1,9 @@
 #include "ckfmt/c_api.h"
 
 #include <cstring>
+#include <exception>
+#include <map>
+#include <new>
 
 #include "ckfmt/reader.h"
 #include "ckfmt/verify.h"
@@ -19,18 +22,56 @@ int Fail(const Status& s, char* err, size_t cap) {
   return s.ok() ? 0 : static_cast<int>(s.code());
 }
 
-// Builds a state dict of views over the descriptors.
+// Runs `body` (returning a Status) so that no C++ exception crosses the C
+// ABI, where it would terminate the caller's process.
+template <typename Body>
+int Guarded(char* err, size_t cap, Body body) {
+  try {
+    return Fail(body(), err, cap);
+  } catch (const std::bad_alloc&) {
+    return Fail(Status::IOError("out of memory"), err, cap);
+  } catch (const std::exception& e) {
+    return Fail(Status::Internal(std::string("unexpected exception: ") + e.what()), err, cap);
+  } catch (...) {
+    return Fail(Status::Internal("unexpected exception"), err, cap);
+  }
+}
+
+// Builds a state dict of views over the descriptors, refusing what C
+// callers get wrong: null pointers, unknown dtypes, a key given twice
+// (one of the two tensors would be silently ignored).
 Result<Value> ToStateDict(const ckfmt_tensor* ts, size_t n) {
+  if (n > 0 && !ts) return Status::InvalidArgument("tensors is NULL for " + std::to_string(n));
   Value root{Dict{}};
+  std::map<KeyPath, size_t> seen;
   for (size_t i = 0; i < n; ++i) {
+    const std::string which = "tensor " + std::to_string(i);
+    if (!ts[i].key) return Status::InvalidArgument(which + ": no key");
+    const std::string named = which + " (\"" + ts[i].key + "\")";
     auto dtype = DTypeFromId(ts[i].dtype);
-    if (!dtype) return Status::InvalidArgument("tensor " + std::to_string(i) + ": unknown dtype id");
-    if (!ts[i].key) return Status::InvalidArgument("tensor " + std::to_string(i) + ": no key");
+    if (!dtype) {
+      return Status::InvalidArgument(named + ": unknown dtype id " + std::to_string(ts[i].dtype));
+    }
+    if (ts[i].ndim > 0 && !ts[i].shape) return Status::InvalidArgument(named + ": shape is NULL");
     Shape shape(ts[i].shape, ts[i].shape + ts[i].ndim);
+    auto numel = NumElements(shape);
+    if (!numel.ok()) return numel.status().WithContext(named);
+    auto bytes = CheckedBytes(*numel, DTypeSize(*dtype));
+    if (!bytes.ok()) return bytes.status().WithContext(named);
+    if (*bytes > 0 && !ts[i].data) return Status::InvalidArgument(named + ": data is NULL");
     KeyPath path = ParseKeyPath(ts[i].key);
-    CKFMT_RETURN_IF_ERROR(InsertAtPath(&root, path, Tensor::View(*dtype, shape, ts[i].data)));
+    if (auto [at, fresh] = seen.emplace(path, i); !fresh) {
+      return Status::InvalidArgument(named + ": the same key as tensor " +
+                                     std::to_string(at->second));
+    }
+    CKFMT_RETURN_IF_ERROR(InsertAtPath(&root, path, Tensor::View(*dtype, shape, ts[i].data))
+                              .WithContext(named));
   }
   return root;
+}
+
+Status RequirePath(const char* path) {
+  return path ? Status::OK() : Status::InvalidArgument("path is NULL");
 }
 
 }  // namespace
@@ -40,35 +81,41 @@ using namespace ckfmt;
 
 extern "C" int ckfmt_save_tensors(const char* path, const ckfmt_tensor* tensors, size_t n,
                                   const char* codec, char* err, size_t err_cap) {
-  SaveOptions options;
-  if (codec) {
-    auto c = CodecFromName(codec);
-    if (!c.ok()) return Fail(c.status(), err, err_cap);
-    options.codec = *c;
-  }
-  auto sd = ToStateDict(tensors, n);
-  if (!sd.ok()) return Fail(sd.status(), err, err_cap);
-  return Fail(Save(path, *sd, options).status(), err, err_cap);
+  return Guarded(err, err_cap, [&]() -> Status {
+    CKFMT_RETURN_IF_ERROR(RequirePath(path));
+    SaveOptions options;
+    if (codec) {
+      auto c = CodecFromName(codec);
+      if (!c.ok()) return c.status();
+      options.codec = *c;
+    }
+    auto sd = ToStateDict(tensors, n);
+    if (!sd.ok()) return sd.status();
+    return Save(path, *sd, options).status();
+  });
 }
 
 extern "C" int ckfmt_load_tensors(const char* path, const ckfmt_tensor* tensors, size_t n,
                                   int verify_checksums, char* err, size_t err_cap) {
-  auto sd = ToStateDict(tensors, n);
-  if (!sd.ok()) return Fail(sd.status(), err, err_cap);
-  LoadOptions lo;
-  lo.unexpected = UnexpectedPolicy::kIgnore;
-  ReadOptions ro;
-  ro.verify_checksums = verify_checksums != 0;
-  return Fail(Load(path, &*sd, lo, ro).status(), err, err_cap);
+  return Guarded(err, err_cap, [&]() -> Status {
+    CKFMT_RETURN_IF_ERROR(RequirePath(path));
+    auto sd = ToStateDict(tensors, n);
+    if (!sd.ok()) return sd.status();
+    LoadOptions lo;
+    lo.unexpected = UnexpectedPolicy::kIgnore;
+    ReadOptions ro;
+    ro.verify_checksums = verify_checksums != 0;
+    return Load(path, &*sd, lo, ro).status();
+  });
 }
 
 extern "C" int ckfmt_verify(const char* path, char* err, size_t err_cap) {
-  auto r = VerifyFile(path);
-  if (!r.ok()) return Fail(r.status(), err, err_cap);
-  if (!r->ok()) {
+  return Guarded(err, err_cap, [&]() -> Status {
+    CKFMT_RETURN_IF_ERROR(RequirePath(path));
+    auto r = VerifyFile(path);
+    if (!r.ok()) return r.status();
+    if (r->ok()) return Status::OK();
     const auto& p = r->problems.front();
-    return Fail(Status(p.code, path + std::string(": ") + p.where + ": " + p.message), err,
-                err_cap);
-  }
-  return 0;
+    return Status(p.code, path + std::string(": ") + p.where + ": " + p.message);
+  });
 }

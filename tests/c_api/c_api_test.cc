@@ -1,0 +1,168 @@
+// The C ABI as a binding sees it: this test links only libckfmt.so and
+// includes only ckfmt/c_api.h. Round trips, corruption reports, and the
+// refusal of what C callers get wrong (NULL pointers, unknown dtypes, a key
+// given twice), each with its status code and a message naming the tensor.
+#include "ckfmt/c_api.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+// Status codes of ckfmt/status.h, as the ABI returns them.
+constexpr int kInvalidArgument = 1, kCorruption = 3, kMissingKeys = 7;
+constexpr uint8_t kF32 = 2, kBF16 = 4, kI64 = 7;
+
+class CApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = std::filesystem::temp_directory_path() /
+           ("ckfmt_c_api_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    path_ = (dir_ / "state.ckfmt").string();
+    for (size_t i = 0; i < w_.size(); ++i) w_[i] = 0.25f * float(i) - 1.0f;
+    for (size_t i = 0; i < b_.size(); ++i) b_[i] = uint16_t(0x3f80 + 7 * i);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // model/w: f32 [2, 3]; model/layers/[0]/b: bf16 [5]; step: i64 scalar.
+  std::vector<ckfmt_tensor> Tensors(void* w, void* b, void* step) {
+    return {{"model/w", kF32, 2, w_shape_, w},
+            {"model/layers/[0]/b", kBF16, 1, b_shape_, b},
+            {"step", kI64, 0, nullptr, step}};
+  }
+  int Save(const std::vector<ckfmt_tensor>& t, const char* codec = nullptr) {
+    return ckfmt_save_tensors(path_.c_str(), t.data(), t.size(), codec, err_, sizeof err_);
+  }
+
+  std::filesystem::path dir_;
+  std::string path_;
+  std::vector<float> w_ = std::vector<float>(6);
+  std::vector<uint16_t> b_ = std::vector<uint16_t>(5);
+  int64_t step_ = 1234;
+  const uint64_t w_shape_[2] = {2, 3};
+  const uint64_t b_shape_[1] = {5};
+  char err_[512] = {};
+};
+
+TEST_F(CApiTest, SaveLoadAndVerifyRoundTrip) {
+  for (const char* codec : {static_cast<const char*>(nullptr), "none", "zstd", "byteplane-zstd"}) {
+    SCOPED_TRACE(codec ? codec : "NULL");
+    ASSERT_EQ(Save(Tensors(w_.data(), b_.data(), &step_), codec), 0) << err_;
+    ASSERT_EQ(ckfmt_verify(path_.c_str(), err_, sizeof err_), 0) << err_;
+    std::vector<float> w(6, -7.0f);
+    std::vector<uint16_t> b(5, 0xffff);
+    int64_t step = 0;
+    auto into = Tensors(w.data(), b.data(), &step);
+    ASSERT_EQ(ckfmt_load_tensors(path_.c_str(), into.data(), into.size(), 1, err_, sizeof err_), 0)
+        << err_;
+    EXPECT_EQ(std::memcmp(w.data(), w_.data(), 6 * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(b.data(), b_.data(), 5 * sizeof(uint16_t)), 0);
+    EXPECT_EQ(step, step_);
+  }
+}
+
+TEST_F(CApiTest, ADamagedFileIsReportedAsCorruption) {
+  ASSERT_EQ(Save(Tensors(w_.data(), b_.data(), &step_)), 0) << err_;
+  {
+    // The first chunk follows the 4096-byte header.
+    std::fstream f(path_, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(4096 + 2);
+    char c = 0;
+    f.read(&c, 1);
+    c = char(c ^ 0x40);
+    f.seekp(4096 + 2);
+    f.write(&c, 1);
+  }
+  EXPECT_EQ(ckfmt_verify(path_.c_str(), err_, sizeof err_), kCorruption);
+  EXPECT_NE(std::string(err_).find(path_), std::string::npos) << err_;
+  std::vector<float> w(6);
+  std::vector<uint16_t> b(5);
+  int64_t step = 0;
+  auto into = Tensors(w.data(), b.data(), &step);
+  EXPECT_EQ(ckfmt_load_tensors(path_.c_str(), into.data(), into.size(), 1, err_, sizeof err_),
+            kCorruption);
+  EXPECT_NE(std::string(err_).find("model"), std::string::npos) << err_;
+}
+
+TEST_F(CApiTest, WhatCallersGetWrongIsRefusedNamingTheTensor) {
+  ASSERT_EQ(Save(Tensors(w_.data(), b_.data(), &step_)), 0) << err_;
+  const std::string good = [&] {
+    std::ifstream f(path_, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }();
+  auto expect_refused = [&](int rc, const std::string& words) {
+    EXPECT_EQ(rc, kInvalidArgument) << err_;
+    EXPECT_NE(std::string(err_).find(words), std::string::npos) << err_;
+  };
+  auto t = Tensors(w_.data(), b_.data(), &step_);
+
+  expect_refused(ckfmt_save_tensors(nullptr, t.data(), t.size(), nullptr, err_, sizeof err_),
+                 "path is NULL");
+  expect_refused(ckfmt_load_tensors(nullptr, t.data(), t.size(), 1, err_, sizeof err_),
+                 "path is NULL");
+  expect_refused(ckfmt_verify(nullptr, err_, sizeof err_), "path is NULL");
+  expect_refused(ckfmt_save_tensors(path_.c_str(), nullptr, 2, nullptr, err_, sizeof err_),
+                 "tensors is NULL");
+
+  auto bad = t;
+  bad[0].shape = nullptr;
+  expect_refused(Save(bad), "tensor 0 (\"model/w\"): shape is NULL");
+  bad = t;
+  bad[1].data = nullptr;
+  expect_refused(Save(bad), "tensor 1 (\"model/layers/[0]/b\"): data is NULL");
+  bad = t;
+  bad[2].dtype = 250;
+  expect_refused(Save(bad), "tensor 2 (\"step\"): unknown dtype id 250");
+  bad = t;
+  bad[0].key = nullptr;
+  expect_refused(Save(bad), "tensor 0: no key");
+  bad = t;
+  bad[2].key = "model/w";  // would replace tensor 0 on save, skip it on load
+  expect_refused(Save(bad), "tensor 2 (\"model/w\"): the same key as tensor 0");
+  expect_refused(ckfmt_load_tensors(path_.c_str(), bad.data(), bad.size(), 1, err_, sizeof err_),
+                 "the same key as tensor 0");
+  EXPECT_NE(Save(t, "lz4-please"), 0);
+
+  // An empty tensor needs no data.
+  const uint64_t empty_shape[1] = {0};
+  std::vector<ckfmt_tensor> empty = {{"e", kF32, 1, empty_shape, nullptr}};
+  EXPECT_EQ(ckfmt_save_tensors((dir_ / "empty.ckfmt").c_str(), empty.data(), 1, nullptr, err_,
+                               sizeof err_),
+            0)
+      << err_;
+
+  // No refused save touched the checkpoint.
+  std::ifstream f(path_, std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), good);
+}
+
+TEST_F(CApiTest, KeysTheFileLacksAreNamed) {
+  ASSERT_EQ(Save(Tensors(w_.data(), b_.data(), &step_)), 0) << err_;
+  std::vector<float> other(6);
+  std::vector<ckfmt_tensor> into = {{"model/other", kF32, 2, w_shape_, other.data()}};
+  EXPECT_EQ(ckfmt_load_tensors(path_.c_str(), into.data(), 1, 1, err_, sizeof err_), kMissingKeys);
+  EXPECT_NE(std::string(err_).find("model/other"), std::string::npos) << err_;
+}
+
+TEST_F(CApiTest, MessagesFitTheCallersBuffer) {
+  char small[8];
+  std::memset(small, 'x', sizeof small);
+  EXPECT_EQ(ckfmt_verify(nullptr, small, sizeof small), kInvalidArgument);
+  EXPECT_EQ(std::strlen(small), sizeof small - 1);
+  EXPECT_EQ(ckfmt_verify(nullptr, nullptr, 0), kInvalidArgument);  // no buffer at all
+  char none[1] = {'x'};
+  EXPECT_EQ(ckfmt_verify(nullptr, none, 1), kInvalidArgument);
+  EXPECT_EQ(none[0], '\0');
+}
+
+}  // namespace
