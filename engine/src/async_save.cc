@@ -22,7 +22,7 @@ class AsyncSaver::Impl {
   explicit Impl(const AsyncSaverOptions& o) : opts_(o), pool_(o.copy_threads) {}
   ~Impl() {
     auto r = Join();
-    if (!reported_ && !r.ok() && r.status().code() != StatusCode::kNotFound) {
+    if (!reported_ && !r.ok()) {
       Log(LogLevel::kError, "background save failed: " + r.status().ToString());
     }
   }
@@ -40,7 +40,7 @@ class AsyncSaver::Impl {
     }
     // The previous save's failure is reported (once) before anything new starts.
     auto previous = Join();
-    if (!reported_ && !previous.ok() && previous.status().code() != StatusCode::kNotFound) {
+    if (!reported_ && !previous.ok()) {
       reported_ = true;
       return previous.status().WithContext("previous background save failed");
     }
@@ -240,6 +240,9 @@ class AsyncSaver::Impl {
   std::map<int, std::unique_ptr<DeviceStream>> streams_;  // per device index
   std::thread worker_;
   std::mutex mu_;
+  // What Wait() returns before any save; never reported otherwise, as
+  // reported_ starts true. (Its code is no sentinel: a save's own failure
+  // may be kNotFound too, and must be reported.)
   Result<WriteStats> result_ = Status::NotFound("no save has been started");
   std::atomic<bool> running_{false};
   bool reported_ = true;  // the last result was returned by Wait() or SaveAsync()

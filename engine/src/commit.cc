@@ -92,6 +92,19 @@ void RemoveStaleTemporaries(const std::string& path) {
 
 Result<std::string> PrepareTemporary(const std::string& path) {
   CKFMT_RETURN_IF_ERROR(CheckCommitTarget(path));
+  // Said here in the caller's terms; creating the temporary would name only
+  // the temporary.
+  const std::string dir = DirectoryOf(path);
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) {
+    const int err = errno;
+    const std::string what = "cannot save " + path + ": directory " + dir;
+    return err == ENOENT ? Status::NotFound(what + " does not exist")
+                         : Status::FromErrno(err, what);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return Status::InvalidArgument("cannot save " + path + ": " + dir + " is not a directory");
+  }
   RemoveStaleTemporaries(path);  // before this save needs the space
   return TemporaryPathFor(path);
 }

@@ -416,10 +416,20 @@ TEST_F(SingleSaveTest, DeeplyNestedStateRoundTrips) {
 }
 
 TEST_F(SingleSaveTest, MissingDirectoryFailsCleanly) {
-  auto r = ckfmt::Save(dir.File("no/such/dir/x.ckfmt"), Dict{}, SmallSaveOptions());
+  // Named in the caller's terms, not by the temporary the save would make.
+  const std::string path = dir.File("no/such/dir/x.ckfmt");
+  auto r = ckfmt::Save(path, Dict{}, SmallSaveOptions());
   ASSERT_FALSE(r.ok());
-  EXPECT_TRUE(r.status().code() == StatusCode::kIOError ||
-              r.status().code() == StatusCode::kNotFound)
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().ToString();
+  EXPECT_EQ(r.status().message(),
+            "cannot save " + path + ": directory " + dir.File("no/such/dir") + " does not exist");
+
+  WriteFileBytes(dir.File("plain"), "x");
+  r = ckfmt::Save(dir.File("plain/x.ckfmt"), Dict{}, SmallSaveOptions());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+  EXPECT_NE(r.status().message().find(dir.File("plain") + " is not a directory"),
+            std::string::npos)
       << r.status().ToString();
 }
 
