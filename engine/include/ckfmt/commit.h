@@ -21,7 +21,9 @@ std::string TemporaryPathFor(const std::string& path);
 // CommitRename could not replace: a save checks before writing, not after.
 Status CheckCommitTarget(const std::string& path);
 
-// What a save does before it writes: CheckCommitTarget(path), then removes
+// What a save does before it writes: CheckCommitTarget(path); refuses a
+// `path` whose directory does not exist (kNotFound) or is not a directory
+// (kInvalidArgument), naming `path` rather than the temporary; then removes
 // the temporaries of `path` (TemporaryPathFor's names) that no live save
 // holds and that nothing has written for kStaleTemporarySeconds - what
 // saves killed before their commit left behind, which would otherwise fill
