@@ -1,4 +1,5 @@
-// Small file helpers for tests: whole-file read/write, byte flips, truncation.
+// Small file helpers for tests: whole-file read/write, byte flips, truncation,
+// FIFOs.
 #pragma once
 
 #include <fcntl.h>
