@@ -38,8 +38,8 @@ int Guarded(char* err, size_t cap, Body body) {
 }
 
 // Builds a state dict of views over the descriptors, refusing what C
-// callers get wrong: null pointers, unknown dtypes, a key given twice
-// (one of the two tensors would be silently ignored).
+// callers get wrong: null pointers, unknown dtypes, a key given twice or
+// one that earlier keys are under (a tensor would be silently dropped).
 Result<Value> ToStateDict(const ckfmt_tensor* ts, size_t n) {
   if (n > 0 && !ts) return Status::InvalidArgument("tensors is NULL for " + std::to_string(n));
   Value root{Dict{}};
@@ -60,10 +60,15 @@ Result<Value> ToStateDict(const ckfmt_tensor* ts, size_t n) {
     if (!bytes.ok()) return bytes.status().WithContext(named);
     if (*bytes > 0 && !ts[i].data) return Status::InvalidArgument(named + ": data is NULL");
     KeyPath path = ParseKeyPath(ts[i].key);
-    if (auto [at, fresh] = seen.emplace(path, i); !fresh) {
-      return Status::InvalidArgument(named + ": the same key as tensor " +
-                                     std::to_string(at->second));
+    // InsertAtPath would replace what is there: an earlier tensor of the
+    // same key, or the dict holding earlier tensors under this key.
+    if (root.Find(path)) {
+      const auto at = seen.find(path);
+      return Status::InvalidArgument(
+          named + (at != seen.end() ? ": the same key as tensor " + std::to_string(at->second)
+                                    : ": a key that earlier tensors are under"));
     }
+    seen.emplace(path, i);
     CKFMT_RETURN_IF_ERROR(InsertAtPath(&root, path, Tensor::View(*dtype, shape, ts[i].data))
                               .WithContext(named));
   }

@@ -131,6 +131,9 @@ TEST_F(CApiTest, WhatCallersGetWrongIsRefusedNamingTheTensor) {
   expect_refused(Save(bad), "tensor 2 (\"model/w\"): the same key as tensor 0");
   expect_refused(ckfmt_load_tensors(path_.c_str(), bad.data(), bad.size(), 1, err_, sizeof err_),
                  "the same key as tensor 0");
+  bad = t;
+  bad[2].key = "model";  // would replace the dict holding tensors 0 and 1
+  expect_refused(Save(bad), "tensor 2 (\"model\"): a key that earlier tensors are under");
   EXPECT_NE(Save(t, "lz4-please"), 0);
 
   // An empty tensor needs no data.

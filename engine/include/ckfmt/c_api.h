@@ -9,8 +9,9 @@
  * then writes a NUL-terminated message into err (at most err_cap bytes; err
  * may be NULL). No C++ exception leaves these functions. A NULL path, a
  * NULL tensors with n > 0, a NULL shape with ndim > 0, NULL data for a
- * tensor that has bytes, an unknown dtype id or a key given twice is
- * refused with kInvalidArgument (1), naming the tensor's index and key.
+ * tensor that has bytes, an unknown dtype id, a key given twice or a key
+ * that earlier keys are under ("model" after "model/w") is refused with
+ * kInvalidArgument (1), naming the tensor's index and key.
  */
 #ifndef CKFMT_C_API_H_
 #define CKFMT_C_API_H_
