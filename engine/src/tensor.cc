@@ -49,9 +49,7 @@ Tensor& Tensor::SetShard(ShardSpec spec) {
 
 Allocator HostAllocator() {
   return [](DType dtype, const Shape& shape, const KeyPath&, Device) -> Result<Tensor> {
-    auto numel = NumElements(shape);
-    if (!numel.ok()) return numel.status();
-    auto bytes = CheckedBytes(*numel, DTypeSize(dtype));
+    auto bytes = ShapeBytes(shape, DTypeSize(dtype));
     if (!bytes.ok()) return bytes.status();
     try {
       return Tensor::Empty(dtype, shape);

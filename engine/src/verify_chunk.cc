@@ -24,7 +24,15 @@ ChunkChecker::ChunkChecker() : dctx_(ZSTD_createDCtx()) {}
 ChunkChecker::~ChunkChecker() { ZSTD_freeDCtx(dctx_); }
 
 std::string ChunkChecker::Check(const ChunkRecord& c, const uint8_t* stored) {
-  return Fine(c, stored) ? std::string() : Explain(c, stored);
+  if (Fine(c, stored)) return "";
+  std::string problem = Explain(c, stored);
+  if (problem.empty()) {
+    // What only the frame rules refuse, which a stream of the bytes can
+    // decode (a skippable frame alone, say).
+    raw_.resize(c.raw_size);
+    problem = DecodeChunk(c.codec, stored, c.stored_size, raw_.data(), c.raw_size).message();
+  }
+  return problem;
 }
 
 // True only when Explain would find nothing.
@@ -35,17 +43,14 @@ bool ChunkChecker::Fine(const ChunkRecord& c, const uint8_t* stored) {
     // Whether it decodes; the joined bytes themselves are not needed.
     return DecodeBytePlanes(stored, c.stored_size, nullptr, c.raw_size).ok();
   }
-  raw_.resize(c.raw_size);
-  // zstd: exactly one regular frame, nothing after it, a window the
-  // streaming decoder accepts, decoding to exactly raw_size bytes.
+  // zstd: DecodeChunk takes exactly one regular frame; Explain's streaming
+  // decoder also needs a window it accepts.
   ZSTD_frameHeader fh;
-  if (ZSTD_getFrameHeader(&fh, stored, c.stored_size) != 0 || fh.frameType != ZSTD_frame ||
-      fh.windowSize > kMaxStreamWindow ||
-      ZSTD_findFrameCompressedSize(stored, c.stored_size) != c.stored_size) {
+  if (ZSTD_getFrameHeader(&fh, stored, c.stored_size) != 0 || fh.windowSize > kMaxStreamWindow) {
     return false;
   }
-  size_t n = ZSTD_decompressDCtx(dctx_, raw_.data(), raw_.size(), stored, c.stored_size);
-  return !ZSTD_isError(n) && n == c.raw_size;
+  raw_.resize(c.raw_size);
+  return DecodeChunk(c.codec, stored, c.stored_size, raw_.data(), c.raw_size).ok();
 }
 
 // The problem of a chunk that is not Fine, worded as a stream of its bytes

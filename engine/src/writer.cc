@@ -302,8 +302,7 @@ Status CheckpointWriter::Impl::AddTensorPiece(const KeyPath& path, DType dtype, 
   if (Status s = ValidateRegion(region, shape); !s.ok()) {
     return Status::InvalidArgument(where + ": " + s.message());
   }
-  auto numel = NumElements(shape);
-  if (!numel.ok() || !CheckedBytes(*numel, DTypeSize(dtype)).ok()) {
+  if (!ShapeBytes(shape, DTypeSize(dtype)).ok()) {
     return Status::InvalidArgument(where + ": tensor size overflows 64 bits");
   }
   if (rank >= opts_.world_size) {

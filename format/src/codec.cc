@@ -1,5 +1,7 @@
 #include "ckfmt/codec.h"
+#include "ckfmt/file_layout.h"
 #include "zstd_context.h"
+#include "zstd_frame.h"
 
 #include <zstd.h>
 
@@ -61,6 +63,23 @@ Result<size_t> EncodeChunk(Codec codec, int level, size_t element_size, const vo
   return Status::InvalidArgument("unknown codec " + std::to_string(int(codec)));
 }
 
+std::string DecodeOneZstdFrame(const uint8_t* in, size_t len, uint8_t* out, size_t n) {
+  // RFC 8878 §3.1.1: a regular frame starts with this magic number; a
+  // skippable one with 0x184D2A5?.
+  if (len < 4 || GetU32(in) != ZSTD_MAGICNUMBER) return "is not a zstd frame";
+  const size_t frame = ZSTD_findFrameCompressedSize(in, len);
+  if (ZSTD_isError(frame)) return std::string("does not decode: ") + ZSTD_getErrorName(frame);
+  if (frame != len) {
+    return "has " + std::to_string(len - frame) + " bytes after the end of its zstd frame";
+  }
+  const size_t got = ZSTD_decompressDCtx(ThreadDecompressContext(), out, n, in, len);
+  if (ZSTD_isError(got)) return std::string("does not decode: ") + ZSTD_getErrorName(got);
+  if (got != n) {
+    return "decodes to " + std::to_string(got) + " bytes, expected " + std::to_string(n);
+  }
+  return "";
+}
+
 Status DecodeChunk(uint8_t codec, const void* stored, size_t stored_size, void* out,
                    size_t raw_size) {
   switch (codec) {
@@ -72,16 +91,9 @@ Status DecodeChunk(uint8_t codec, const void* stored, size_t stored_size, void* 
       if (raw_size) std::memcpy(out, stored, raw_size);
       return Status::OK();
     case 1: {
-      ZSTD_DCtx* dctx = ThreadDecompressContext();
-      size_t n = ZSTD_decompressDCtx(dctx, out, raw_size, stored, stored_size);
-      if (ZSTD_isError(n)) {
-        return Status::Corruption(std::string("zstd chunk does not decode: ") +
-                                  ZSTD_getErrorName(n));
-      }
-      if (n != raw_size) {
-        return Status::Corruption("zstd chunk decodes to " + std::to_string(n) +
-                                  " bytes, expected " + std::to_string(raw_size));
-      }
+      std::string problem = DecodeOneZstdFrame(static_cast<const uint8_t*>(stored), stored_size,
+                                               static_cast<uint8_t*>(out), raw_size);
+      if (!problem.empty()) return Status::Corruption("zstd chunk " + problem);
       return Status::OK();
     }
     case 2:

@@ -37,6 +37,7 @@
 #include "ckfmt/file_layout.h"
 #include "uncached_store.h"
 #include "zstd_context.h"
+#include "zstd_frame.h"
 
 namespace ckfmt {
 namespace {
@@ -506,12 +507,8 @@ Status DecodeBytePlanes(const uint8_t* in, size_t stored_size, uint8_t* out, siz
     }
     if (scratch.size() < raw_size) scratch.resize(raw_size);
     uint8_t* plane = scratch.data() + p * n;
-    size_t got = ZSTD_decompressDCtx(ThreadDecompressContext(), plane, n, in + offset[p],
-                                     GetU32(d + 1));
-    if (ZSTD_isError(got) || got != n) {
-      return bad("plane " + std::to_string(p) + " does not decode to " + std::to_string(n) +
-                 " bytes");
-    }
+    std::string problem = DecodeOneZstdFrame(in + offset[p], GetU32(d + 1), plane, n);
+    if (!problem.empty()) return bad("plane " + std::to_string(p) + " " + problem);
     src[p] = plane;
   }
   if (out) Join(src.data(), e, n, out);

@@ -142,7 +142,7 @@ Status CheckData(const EntryRecord& e, const std::string& where, uint64_t data_b
   auto numel = NumElements(e.shape);
   if (!numel.ok()) return err(numel.status().message());
   const uint64_t esize = DTypeSize(e.dtype);
-  if (!CheckedBytes(*numel, esize).ok()) return err("tensor byte size overflows 64 bits");
+  if (!ShapeBytes(e.shape, esize).ok()) return err("tensor byte size overflows 64 bits");
   for (const auto& p : e.pieces) {
     if (p.rank >= world_size) {
       return err("piece from rank " + std::to_string(p.rank) + " but the world size is " +

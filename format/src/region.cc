@@ -43,15 +43,34 @@ std::string Region::ToString() const {
   return s + "]";
 }
 
-Result<uint64_t> NumElements(const Shape& shape) {
+namespace {
+
+// The product of the non-zero dimensions of `shape` (1 for none).
+Result<uint64_t> NonZeroExtent(const Shape& shape) {
   uint64_t n = 1;
   for (uint64_t d : shape) {
-    if (d != 0 && n > UINT64_MAX / d) {
-      return Status::Corruption("shape element count overflows 64 bits");
-    }
+    if (d == 0) continue;
+    if (n > UINT64_MAX / d) return Status::Corruption("shape element count overflows 64 bits");
     n *= d;
   }
   return n;
+}
+
+bool HasZeroDimension(const Shape& shape) {
+  return std::find(shape.begin(), shape.end(), uint64_t{0}) != shape.end();
+}
+
+}  // namespace
+
+Result<uint64_t> NumElements(const Shape& shape) {
+  CKFMT_ASSIGN_OR_RETURN(uint64_t extent, NonZeroExtent(shape));
+  return HasZeroDimension(shape) ? 0 : extent;
+}
+
+Result<uint64_t> ShapeBytes(const Shape& shape, uint64_t elem_size) {
+  CKFMT_ASSIGN_OR_RETURN(uint64_t extent, NonZeroExtent(shape));
+  CKFMT_ASSIGN_OR_RETURN(uint64_t bytes, CheckedBytes(extent, elem_size));
+  return HasZeroDimension(shape) ? 0 : bytes;
 }
 
 Result<uint64_t> CheckedBytes(uint64_t num_elements, uint64_t elem_size) {

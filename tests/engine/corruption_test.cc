@@ -454,6 +454,20 @@ TEST_F(RawFileTest, HostileSizesAndOffsets) {
          e.partial = true;
          idx.entries.push_back(e);
        }},
+      // T1 looks past a zero dimension, wherever it is: the strides of
+      // such shapes overflow.
+      {"huge dimensions before a zero one",
+       [](RawFileBuilder&, IndexRecord& idx) {
+         idx.entries.push_back(TensorEntry({"t"}, DType::kF32, {1ull << 40, 1ull << 40, 0}));
+       }},
+      {"huge dimensions after a zero one",
+       [](RawFileBuilder&, IndexRecord& idx) {
+         idx.entries.push_back(TensorEntry({"t"}, DType::kF32, {0, 1ull << 40, 1ull << 40}));
+       }},
+      {"huge bytes beside a zero dimension",
+       [](RawFileBuilder&, IndexRecord& idx) {
+         idx.entries.push_back(TensorEntry({"t"}, DType::kF64, {0, 1ull << 62}));
+       }},
       {"1 TiB raw chunk",
        [](RawFileBuilder& b, IndexRecord& idx) {
          EntryRecord e = TensorEntry({"t"}, DType::kU8, {1ull << 40});

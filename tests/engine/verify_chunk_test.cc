@@ -62,7 +62,7 @@ TEST(ChunkCheckerTest, BytePlaneStreamErrorsBehindAGoodChecksum) {
          for (int p = 0; p < 3; ++p) off += GetU32(&b[2 + 5 * p + 1]);
          for (size_t i = off; i < off + 8; ++i) b[i] ^= 0xff;  // the zstd frame's header
        },
-       "byte-plane chunk: plane 3 does not decode to 10000 bytes"},
+       "byte-plane chunk: plane 3 is not a zstd frame"},
       {"trailing byte", [](std::vector<uint8_t>& b) { b.push_back(0); },
        "byte-plane chunk: 1 bytes follow the last plane"},
       {"wrong raw size", nullptr, "byte-plane chunk: raw size 40001 is not a multiple of element size 4"},

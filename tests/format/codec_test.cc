@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ckfmt/codec.h"
+#include "ckfmt/file_layout.h"
 
 namespace {
 
@@ -153,6 +154,33 @@ TEST(CodecTest, CorruptZstdIsCorruption) {
   expect_corrupt(std::string(good.size(), '\0'), "zeros");
   // Not a zstd frame at all: an uncompressed chunk mislabelled as zstd.
   expect_corrupt(raw, "raw data labelled zstd");
+}
+
+// FORMAT.md §5.3: stored bytes are exactly one regular frame. libzstd's
+// one-shot decoder alone takes these, and decodes them to the right size.
+std::string EmptyFrame() { return Encode(Codec::kZstd, std::string()); }
+std::string SkippableFrame() {
+  return std::string("\x50\x2a\x4d\x18\x03\x00\x00\x00" "abc", 11);  // magic, size 3, bytes
+}
+
+TEST(CodecTest, ZstdChunkIsExactlyOneRegularFrame) {
+  const size_t n = 50000;
+  std::string raw = Compressible(n);
+  std::string good = Encode(Codec::kZstd, raw);
+  std::string out(n, '\0');
+  const std::pair<std::string, std::string> cases[] = {
+      {good + EmptyFrame(), "zstd chunk has 9 bytes after the end of its zstd frame"},
+      {EmptyFrame() + good, "zstd chunk has " + std::to_string(good.size()) +
+                                " bytes after the end of its zstd frame"},
+      {SkippableFrame() + good, "zstd chunk is not a zstd frame"},
+      {good + SkippableFrame(), "zstd chunk has 11 bytes after the end of its zstd frame"},
+  };
+  for (const auto& [stored, message] : cases) {
+    Status st = DecodeChunk(1, stored.data(), stored.size(), out.data(), n);
+    EXPECT_EQ(st.code(), StatusCode::kCorruption) << message;
+    EXPECT_EQ(st.message(), message);
+  }
+  ASSERT_EQ(EmptyFrame().size(), 9u);
 }
 
 TEST(CodecTest, ZstdWrongRawSizeIsCorruption) {
@@ -433,6 +461,40 @@ TEST_F(BytePlaneCorruptionTest, SizesAndPayload) {
     pos += len;
   }
   ADD_FAILURE() << "no plane of float-like data was zstd-coded";
+}
+
+// A zstd plane, too, is exactly one regular frame (§5.3.1, D5).
+TEST_F(BytePlaneCorruptionTest, ZstdPlaneIsExactlyOneRegularFrame) {
+  size_t pos = 2 + 5 * 4, plane = 4;
+  for (size_t p = 0; p < 4 && plane == 4; ++p) {
+    if (good[Desc(p)] == 1) {
+      plane = p;
+    } else {
+      pos += GetU32(reinterpret_cast<const uint8_t*>(&good[Desc(p) + 1]));
+    }
+  }
+  ASSERT_LT(plane, 4u) << "no plane of float-like data was zstd-coded";
+  const uint32_t len = GetU32(reinterpret_cast<const uint8_t*>(&good[Desc(plane) + 1]));
+  const std::string frame = good.substr(pos, len);
+  auto with_plane = [&](const std::string& payload) {
+    std::string bad = good.substr(0, pos) + payload + good.substr(pos + len);
+    PutU32(reinterpret_cast<uint8_t*>(&bad[Desc(plane) + 1]), uint32_t(payload.size()));
+    return bad;
+  };
+  const std::string prefix = "byte-plane chunk: plane " + std::to_string(plane) + " ";
+  const std::pair<std::string, std::string> cases[] = {
+      {frame + EmptyFrame(), prefix + "has 9 bytes after the end of its zstd frame"},
+      {SkippableFrame() + frame, prefix + "is not a zstd frame"},
+      {frame + SkippableFrame(), prefix + "has 11 bytes after the end of its zstd frame"},
+  };
+  for (const auto& [payload, message] : cases) {
+    const std::string bad = with_plane(payload);
+    Status st = DecodeChunk(2, bad.data(), bad.size(), out.data(), raw.size());
+    EXPECT_EQ(st.code(), StatusCode::kCorruption) << message;
+    EXPECT_EQ(st.message(), message);
+  }
+  const std::string same = with_plane(frame);  // the edit itself keeps a good chunk good
+  EXPECT_TRUE(DecodeChunk(2, same.data(), same.size(), out.data(), raw.size()).ok());
 }
 
 }  // namespace

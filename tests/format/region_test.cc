@@ -72,14 +72,32 @@ TEST(RegionTest, ShapeNumElements) {
   EXPECT_EQ(*ckfmt::NumElements({7, 13, 3}), 273u);
   EXPECT_EQ(*ckfmt::NumElements({1ull << 32, 1ull << 31}), 1ull << 63);
   EXPECT_EQ(*ckfmt::NumElements({UINT64_MAX}), UINT64_MAX);
-  EXPECT_EQ(*ckfmt::NumElements({0, UINT64_MAX, UINT64_MAX}), 0u);
+  EXPECT_EQ(*ckfmt::NumElements({0, UINT64_MAX}), 0u);
+  EXPECT_EQ(*ckfmt::NumElements({1ull << 40, 0, 1ull << 23}), 0u);
 }
 
 TEST(RegionTest, ShapeNumElementsOverflow) {
+  // A zero dimension does not excuse the others (T1): strides are products
+  // of them, and validity must not depend on where the zero is.
   for (const Shape& s : {Shape{1ull << 32, 1ull << 32}, Shape{UINT64_MAX, 2},
-                         Shape{5, 1ull << 62}, Shape{1ull << 21, 1ull << 21, 1ull << 22}}) {
+                         Shape{5, 1ull << 62}, Shape{1ull << 21, 1ull << 21, 1ull << 22},
+                         Shape{1ull << 40, 1ull << 40, 0}, Shape{0, 1ull << 40, 1ull << 40},
+                         Shape{1ull << 40, 0, 1ull << 40}}) {
     auto r = ckfmt::NumElements(s);
-    ASSERT_FALSE(r.ok());
+    ASSERT_FALSE(r.ok()) << ::testing::PrintToString(s);
+    EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
+  }
+}
+
+TEST(RegionTest, ShapeBytes) {
+  EXPECT_EQ(*ckfmt::ShapeBytes({}, 4), 4u);
+  EXPECT_EQ(*ckfmt::ShapeBytes({3, 5}, 2), 30u);
+  EXPECT_EQ(*ckfmt::ShapeBytes({1ull << 61}, 4), 1ull << 63);
+  EXPECT_EQ(*ckfmt::ShapeBytes({0, 1ull << 61}, 4), 0u);
+  for (const Shape& s : {Shape{1ull << 62}, Shape{0, 1ull << 62}, Shape{1ull << 62, 0},
+                         Shape{1ull << 31, 0, 1ull << 31}}) {
+    auto r = ckfmt::ShapeBytes(s, 4);
+    ASSERT_FALSE(r.ok()) << ::testing::PrintToString(s);
     EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
   }
 }

@@ -61,8 +61,7 @@ Result<std::vector<LocalEntry>> DescribeLocalState(const Value& state, int rank,
         e.dtype = t.dtype();
         e.shape = t.global_shape();
         e.region = t.region();
-        auto numel = NumElements(e.shape);
-        if (!numel.ok() || !CheckedBytes(*numel, DTypeSize(e.dtype)).ok()) {
+        if (!ShapeBytes(e.shape, DTypeSize(e.dtype)).ok()) {
           return fail("global shape " + DescribeTensor(e.dtype, e.shape) + " overflows 64 bits");
         }
         if (Status s = ValidateRegion(e.region, e.shape); !s.ok()) {

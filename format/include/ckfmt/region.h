@@ -40,8 +40,16 @@ struct Region {
   std::string ToString() const;
 };
 
-// Element count of `shape`, or Corruption-free failure on overflow.
+// Element count of `shape`. Fails (kCorruption) when the product of its
+// non-zero dimensions overflows 64 bits (FORMAT.md T1): every stride of the
+// shape is at most that product, so none can overflow, and whether a shape
+// is valid does not depend on the order of its dimensions.
 Result<uint64_t> NumElements(const Shape& shape);
+
+// NumElements(shape) * elem_size. Fails (kCorruption) as NumElements does,
+// and when the product of the non-zero dimensions times elem_size
+// overflows (T1), so that byte strides cannot overflow either.
+Result<uint64_t> ShapeBytes(const Shape& shape, uint64_t elem_size);
 
 // Bytes of `num_elements` elements of size `elem_size`, checked for overflow.
 Result<uint64_t> CheckedBytes(uint64_t num_elements, uint64_t elem_size);
