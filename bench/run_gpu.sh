@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# On a machine with a CUDA GPU: the CUDA tests, under compute-sanitizer's
+# memcheck, synccheck and initcheck where it is installed, then three runs
+# of ckfmt-bench-gpu (pinned copy bandwidth, raw disk, GPU -> file save and
+# file -> GPU load as fractions of min(copy, disk), async-save blocked
+# time). The README's GPU table comes from it.
+#
+#   bench/run_gpu.sh [--dir DIR] [--size-mib 4096] [--runs 5]
+#
+# Arguments go to ckfmt-bench-gpu. Environment: BUILD_DIR (default build,
+# built with the CUDA toolkit: see README "GPU tensors"). Exits 1 if a test
+# or a sanitizer fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+args=("$@")
+[ ${#args[@]} -gt 0 ] || args=(--size-mib 4096 --runs 5)
+tests="$BUILD_DIR/tests/gpu/ckfmt_gpu_cuda_tests"
+bench="$BUILD_DIR/bench/ckfmt-bench-gpu"
+for f in "$tests" "$bench"; do
+  [ -x "$f" ] || { echo "run_gpu: $f is missing: build with the CUDA toolkit first"; exit 1; }
+done
+
+echo "== CUDA tests"
+"$tests"
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "run_gpu: no GPU here (nvidia-smi -L fails): nothing measured"
+  exit 0
+fi
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1 || true)
+if [ -n "$sanitizer" ]; then
+  for tool in memcheck synccheck initcheck; do
+    echo "== CUDA tests under compute-sanitizer --tool $tool"
+    "$sanitizer" --tool "$tool" --error-exitcode 9 "$tests" --gtest_brief=1
+  done
+else
+  echo "== no compute-sanitizer here: skipped"
+fi
+
+for i in 1 2 3; do
+  echo "== ckfmt-bench-gpu ${args[*]}, run $i of 3"
+  "$bench" "${args[@]}"
+done
