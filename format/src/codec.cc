@@ -1,3 +1,4 @@
+#define ZSTD_STATIC_LINKING_ONLY  // ZSTD_getFrameHeader
 #include "ckfmt/codec.h"
 #include "ckfmt/file_layout.h"
 #include "zstd_context.h"
@@ -67,6 +68,16 @@ std::string DecodeOneZstdFrame(const uint8_t* in, size_t len, uint8_t* out, size
   // RFC 8878 §3.1.1: a regular frame starts with this magic number; a
   // skippable one with 0x184D2A5?.
   if (len < 4 || GetU32(in) != ZSTD_MAGICNUMBER) return "is not a zstd frame";
+  ZSTD_frameHeader header;
+  const size_t rc = ZSTD_getFrameHeader(&header, in, len);
+  if (rc != 0) {
+    return ZSTD_isError(rc) ? std::string("does not decode: ") + ZSTD_getErrorName(rc)
+                            : std::string("ends inside its zstd frame header");
+  }
+  if (header.windowSize > kMaxZstdWindow) {
+    return "declares a zstd window of " + std::to_string(header.windowSize) +
+           " bytes, more than the " + std::to_string(kMaxZstdWindow) + " allowed";
+  }
   const size_t frame = ZSTD_findFrameCompressedSize(in, len);
   if (ZSTD_isError(frame)) return std::string("does not decode: ") + ZSTD_getErrorName(frame);
   if (frame != len) {

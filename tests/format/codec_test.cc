@@ -183,6 +183,35 @@ TEST(CodecTest, ZstdChunkIsExactlyOneRegularFrame) {
   ASSERT_EQ(EmptyFrame().size(), 9u);
 }
 
+// A frame made by hand: no content size, Window_Descriptor 2^window_log,
+// one raw block holding `data` (RFC 8878 §3.1.1).
+std::string RawBlockFrame(int window_log, const std::string& data) {
+  std::string f("\x28\xb5\x2f\xfd", 4);
+  f += char(0x00);                        // no FCS, not single-segment, no checksum
+  f += char((window_log - 10) << 3);      // exponent, mantissa 0
+  const uint32_t header = uint32_t(data.size()) << 3 | 1;  // last block, raw
+  f += char(header & 0xff);
+  f += char(header >> 8 & 0xff);
+  f += char(header >> 16 & 0xff);
+  return f + data;
+}
+
+// §5.3: a window above 2^27 is refused, as libzstd's streaming decoder
+// (ckfmt verify's) refuses it, though the one-shot decoder would take it.
+TEST(CodecTest, ZstdWindowAboveTheLimitIsCorruption) {
+  const std::string data = Compressible(1000);
+  std::string out(data.size(), '\0');
+  const std::string at_limit = RawBlockFrame(27, data);
+  ASSERT_TRUE(DecodeChunk(1, at_limit.data(), at_limit.size(), out.data(), out.size()).ok());
+  EXPECT_EQ(out, data);
+  const std::string above = RawBlockFrame(28, data);
+  Status st = DecodeChunk(1, above.data(), above.size(), out.data(), out.size());
+  EXPECT_EQ(st.code(), StatusCode::kCorruption);
+  EXPECT_EQ(st.message(),
+            "zstd chunk declares a zstd window of 268435456 bytes, more than the 134217728 "
+            "allowed");
+}
+
 TEST(CodecTest, ZstdWrongRawSizeIsCorruption) {
   const size_t n = 10000;
   std::string raw = RandomBytes(n, 3);
