@@ -54,9 +54,7 @@ Result<Value> ToStateDict(const ckfmt_tensor* ts, size_t n) {
     }
     if (ts[i].ndim > 0 && !ts[i].shape) return Status::InvalidArgument(named + ": shape is NULL");
     Shape shape(ts[i].shape, ts[i].shape + ts[i].ndim);
-    auto numel = NumElements(shape);
-    if (!numel.ok()) return numel.status().WithContext(named);
-    auto bytes = CheckedBytes(*numel, DTypeSize(*dtype));
+    auto bytes = ShapeBytes(shape, DTypeSize(*dtype));
     if (!bytes.ok()) return bytes.status().WithContext(named);
     if (*bytes > 0 && !ts[i].data) return Status::InvalidArgument(named + ": data is NULL");
     KeyPath path = ParseKeyPath(ts[i].key);

@@ -1,7 +1,8 @@
 // Fuzz target: a whole ckfmt file through the reader: open (layout, footer,
 // index), load into an empty state dict (every entry reconstructed), load
-// again in place into the tensors that made, and full verification. Before writing the input out, the harness recomputes
-// the index and footer checksums where the footer locates an index, so
+// again in place into the tensors that load made, and full verification.
+// Before writing the input out, the harness recomputes the index and
+// footer checksums where the footer locates an index, so
 // that mutations reach the index's semantics and the load instead of
 // stopping at a checksum; chunk checksums are left as they are (the
 // decoders have their own target, fuzz_codec).
