@@ -255,4 +255,33 @@ uint64_t OverlapElements(const Shape& shape, const Region& a, const Region& b) {
   return n;
 }
 
+bool RegionsIntersect(const Shape& shape, const Region& a, const Region& b) {
+  if (a.NumElements() == 0 || b.NumElements() == 0) return false;
+  // A flat range is a handful of boxes (at most two per dimension).
+  const std::vector<BasedBox> as = ToBoxes(shape, a), bs = ToBoxes(shape, b);
+  for (const BasedBox& s : as) {
+    for (const BasedBox& t : bs) {
+      bool meet = true;
+      for (size_t d = 0; d < s.offsets.size() && meet; ++d) {
+        meet = std::max(s.offsets[d], t.offsets[d]) <
+               std::min(s.offsets[d] + s.lengths[d], t.offsets[d] + t.lengths[d]);
+      }
+      if (meet) return true;
+    }
+  }
+  return false;
+}
+
+FlatSpan FlatSpanOf(const Shape& shape, const Region& region) {
+  if (region.kind == Region::Kind::kFlat) return {region.start, region.start + region.length};
+  // Row-major index of the box's first and last corners. Both are below
+  // the tensor's element count, which fits 64 bits (T1).
+  uint64_t first = 0, last = 0;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    first = first * shape[d] + region.offsets[d];
+    last = last * shape[d] + region.offsets[d] + region.lengths[d] - 1;
+  }
+  return {first, last + 1};
+}
+
 }  // namespace ckfmt

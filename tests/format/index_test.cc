@@ -797,6 +797,52 @@ TEST_F(IndexRejectTest, CheckCoverageDirectly) {
   EXPECT_EQ(CheckCoverage(e).code(), StatusCode::kCorruption);  // overlap even if partial
 }
 
+TEST_F(IndexRejectTest, FlatRangeAndColumnBoxOverlapFoundWithoutWalkingTheRows) {
+  // They share an element in each of 2^39 rows; a check that listed the
+  // shared runs ran out of memory on this index of a few hundred bytes.
+  EntryRecord e = TensorEntry({"c"}, DType::kU8, {1ull << 40, 2});
+  e.partial = true;
+  e.pieces.push_back({0, Region::Flat(0, 1ull << 40), {}});
+  e.pieces.push_back({1, Region::Box({0, 0}, {1ull << 40, 1}), {}});
+  Status s = CheckCoverage(e);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+  EXPECT_NE(s.message().find("overlap"), std::string::npos) << s.ToString();
+  // The flat range holds rows [0, 2^39); the other rows' column: nothing in common.
+  e.pieces[1].region = Region::Box({1ull << 39, 0}, {1ull << 39, 1});
+  EXPECT_TRUE(CheckCoverage(e).ok()) << CheckCoverage(e).ToString();
+}
+
+TEST(IndexCoverage, BoxesAndFlatRangesWhoseSpansDoNotMeetCostNothing) {
+  // A 1-d tensor whose 20000 one-element pieces alternate between a box and
+  // a flat range: no pair can share an element, and none is compared. (The
+  // check used to compare every flat range with every box and refused this
+  // at 1449 pieces.)
+  EntryRecord e = TensorEntry({"t"}, DType::kU8, {20000});
+  for (uint64_t i = 0; i < 20000; ++i) {
+    e.pieces.push_back({0, i % 2 ? Region::Flat(i, 1) : Region::Box({i}, {1}), {}});
+  }
+  uint64_t budget = kCoverageBudget;
+  EXPECT_TRUE(CheckCoverage(e, &budget).ok()) << CheckCoverage(e).ToString();
+  EXPECT_EQ(budget, kCoverageBudget);
+  e.pieces[7].region = Region::Flat(6, 2);  // now shares element 6 with box 6
+  e.partial = true;
+  EXPECT_EQ(CheckCoverage(e).code(), StatusCode::kCorruption);
+}
+
+TEST(IndexCoverage, WorkLimitIsSharedByTheEntriesOfAnIndex) {
+  // Six column boxes of a 2-d tensor all span dim 0: 15 box comparisons.
+  EntryRecord e = TensorEntry({"w"}, DType::kU8, {4, 6});
+  for (uint64_t c = 0; c < 6; ++c) e.pieces.push_back({0, Region::Box({0, c}, {4, 1}), {}});
+  uint64_t budget = 20;
+  EXPECT_TRUE(CheckCoverage(e, &budget).ok());
+  EXPECT_EQ(budget, 5u);
+  Status s = CheckCoverage(e, &budget);  // the same entry again: 5 are left
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.ToString();
+  EXPECT_NE(s.message().find("w: checking that its 6 pieces do not overlap"), std::string::npos)
+      << s.ToString();
+  EXPECT_NE(s.message().find("shared by all its entries"), std::string::npos) << s.ToString();
+}
+
 // ---------------------------------------------------------------------------
 // Hostile FlatBuffers: structurally valid buffers with values the model
 // cannot represent, and buffers that are not valid at all.

@@ -2,6 +2,7 @@
 // region to its stream of global flat indices.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 
@@ -53,6 +54,15 @@ void CheckAgainstReference(const Shape& shape, const Region& a, const Region& b)
     uint64_t n = 0;
     for (const auto& r : want) n += r.count;
     EXPECT_EQ(ckfmt::OverlapElements(shape, src, dst), n) << Describe(shape, src, dst);
+    EXPECT_EQ(ckfmt::RegionsIntersect(shape, src, dst), n != 0) << Describe(shape, src, dst);
+  }
+  // FlatSpanOf: from the region's smallest flat index to its largest.
+  for (const Region* r : {&a, &b}) {
+    std::vector<uint64_t> idx = ckfmt_test::RefGlobalIndices(shape, *r);
+    if (idx.empty()) continue;
+    const ckfmt::FlatSpan span = ckfmt::FlatSpanOf(shape, *r);
+    EXPECT_EQ(span.begin, *std::min_element(idx.begin(), idx.end())) << r->ToString();
+    EXPECT_EQ(span.end, *std::max_element(idx.begin(), idx.end()) + 1) << r->ToString();
   }
 }
 

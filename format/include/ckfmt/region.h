@@ -73,7 +73,22 @@ struct Run {
 void ForEachOverlap(const Shape& shape, const Region& src, const Region& dst,
                     const std::function<void(const Run&)>& fn);
 
-// Number of elements both regions cover.
+// Number of elements both regions cover. Its cost grows with the number
+// of runs the overlap falls into; to ask only whether there is one, call
+// RegionsIntersect.
 uint64_t OverlapElements(const Shape& shape, const Region& a, const Region& b);
+
+// True if some element lies in both regions. O(rank^2) time and memory
+// whatever the regions' sizes: safe on untrusted regions.
+// REQUIRES: both regions validated against `shape`.
+bool RegionsIntersect(const Shape& shape, const Region& a, const Region& b);
+
+// The smallest range [begin, end) of row-major flat indices that holds
+// every element of `region`: regions whose spans are disjoint share no
+// element. REQUIRES: `region` validated against `shape`, NumElements() > 0.
+struct FlatSpan {
+  uint64_t begin, end;
+};
+FlatSpan FlatSpanOf(const Shape& shape, const Region& region);
 
 }  // namespace ckfmt
