@@ -111,6 +111,21 @@ TEST_F(CliTest, VerifyExitCodes) {
   EXPECT_EQ(Ckfmt("verify " + Quote(dir_.string())).rc, 2);  // a directory
 }
 
+TEST_F(CliTest, ConvertExitCodes) {
+  const fs::path fixtures = fs::path(CKFMT_SOURCE_DIR) / "tests" / "fixtures";
+  auto convert = [&](const fs::path& src, const std::string& dst) {
+    return Ckfmt("convert -q " + Quote(src.string()) + " " + Quote((dir_ / dst).string())).rc;
+  };
+  EXPECT_EQ(convert(good_, "ok.safetensors"), 0);
+  // A chunk's bytes changed: the checksum fails when the tensor is read.
+  EXPECT_EQ(convert(Corrupt(4096 + 10, "bad.ckfmt"), "bad.safetensors"), 1);
+  EXPECT_EQ(convert(fixtures / "dcp_overlap", "overlap.ckfmt"), 1);  // corrupt metadata
+  // Valid, but nested deeper than the converter goes: unsupported.
+  EXPECT_EQ(convert(fixtures / "dcp_deep_nesting", "deep.ckfmt"), 3);
+  EXPECT_EQ(convert(dir_ / "missing.ckfmt", "missing.safetensors"), 2);
+  EXPECT_EQ(Ckfmt("convert " + Quote(good_.string()) + " x.unknown").rc, 2);
+}
+
 TEST_F(CliTest, VerifyJson) {
   fs::path bad = Corrupt(4096 + 10, "bad.ckfmt");
   CliRun r = Ckfmt("verify --json " + Quote(good_.string()) + " " + Quote(bad.string()) + " " +

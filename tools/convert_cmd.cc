@@ -24,6 +24,7 @@ int RunConvert(ConvertCmdOptions& o, std::ostream& out, std::ostream& err) {
   if (!report.ok()) {
     err << "ckfmt convert: " << report.status().ToString() << "\n";
     StatusCode c = report.status().code();
+    if (c == StatusCode::kUnsupported) return kExitUnsupported;
     return c == StatusCode::kIOError || c == StatusCode::kNotFound ||
                    c == StatusCode::kInvalidArgument
                ? kExitError

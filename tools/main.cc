@@ -18,7 +18,8 @@ using namespace ckfmt::tools;
 
 int main(int argc, char** argv) {
   CLI::App app{"ckfmt: inspect, verify and convert checkpoint files.\n"
-               "Exit codes: 0 success, 1 invalid or corrupt file, 2 usage or I/O error."};
+               "Exit codes: 0 success, 1 invalid or corrupt file, 2 usage or I/O error, 3 (convert) "
+               "a valid input that cannot be converted."};
   app.name("ckfmt");
   app.set_version_flag("--version", std::string("ckfmt ") + CKFMT_VERSION + " (format " +
                                         std::to_string(ckfmt::kMajorVersion) + "." +

@@ -52,41 +52,11 @@ Status Overlap(const EntryRecord& e, const Region& a, const Region& b) {
                             FormatKeyPath(e.path) + " overlap");
 }
 
-}  // namespace
-
-Status CheckCoverage(const EntryRecord& e, uint64_t* budget) {
-  uint64_t own_budget = kCoverageBudget;
-  if (!budget) budget = &own_budget;
-  auto charge = [&](uint64_t units) {
-    if (*budget < units) {
-      return Status::Unsupported(
-          FormatKeyPath(e.path) + ": checking that its " + std::to_string(e.pieces.size()) +
-          " pieces do not overlap exceeds what is left of the reader's work limit (2^26 region "
-          "comparisons per index, shared by all its entries)");
-    }
-    *budget -= units;
-    return Status::OK();
-  };
-  uint64_t total = 1, covered = 0;
-  for (uint64_t d : e.shape) total *= d;
-  std::vector<const Region*> flats, boxes;
-  for (const auto& p : e.pieces) {
-    uint64_t n = p.region.NumElements();
-    if (n == 0) continue;
-    if (n > total - std::min(covered, total)) {
-      return Status::Corruption(FormatKeyPath(e.path) + ": pieces hold more elements than the "
-                                "tensor's " + std::to_string(total));
-    }
-    covered += n;
-    (p.region.kind == Region::Kind::kFlat ? flats : boxes).push_back(&p.region);
-  }
-  if (!e.partial && covered != total) {
-    return Status::Corruption(FormatKeyPath(e.path) + ": pieces cover " + std::to_string(covered) +
-                              " of " + std::to_string(total) +
-                              " elements and the entry is not marked partial");
-  }
-  // Disjointness. Flat ranges: sort and sweep. Boxes: sweep on dim 0 (0-d
-  // boxes hold one element, so two of them overlap).
+// Disjointness. Flat ranges: sort and sweep. Boxes: sweep on dim 0 (0-d
+// boxes hold one element, so two of them overlap). Sorts the vectors.
+template <typename Charge>
+Status FindOverlap(const EntryRecord& e, std::vector<const Region*>& flats,
+                   std::vector<const Region*>& boxes, Charge& charge) {
   std::sort(flats.begin(), flats.end(), [](auto* a, auto* b) { return a->start < b->start; });
   for (size_t i = 1; i < flats.size(); ++i) {
     if (flats[i - 1]->start + flats[i - 1]->length > flats[i]->start) {
@@ -123,6 +93,52 @@ Status CheckCoverage(const EntryRecord& e, uint64_t* budget) {
     }
   }
   return Status::OK();
+}
+
+}  // namespace
+
+Status CheckCoverage(const EntryRecord& e, uint64_t* budget) {
+  uint64_t own_budget = kCoverageBudget;
+  if (!budget) budget = &own_budget;
+  auto charge = [&](uint64_t units) {
+    if (*budget < units) {
+      return Status::Unsupported(
+          FormatKeyPath(e.path) + ": checking that its " + std::to_string(e.pieces.size()) +
+          " pieces do not overlap exceeds what is left of the reader's work limit (2^26 region "
+          "comparisons per index, shared by all its entries)");
+    }
+    *budget -= units;
+    return Status::OK();
+  };
+  uint64_t total = 1, covered = 0;
+  for (uint64_t d : e.shape) total *= d;
+  // More elements than the tensor holds means two pieces overlap (regions
+  // are in bounds): the sweep below names them. `covered` saturates.
+  bool excess = false;
+  std::vector<const Region*> flats, boxes;
+  for (const auto& p : e.pieces) {
+    uint64_t n = p.region.NumElements();
+    if (n == 0) continue;
+    if (n > total - covered) {
+      excess = true;
+      covered = total;
+    } else {
+      covered += n;
+    }
+    (p.region.kind == Region::Kind::kFlat ? flats : boxes).push_back(&p.region);
+  }
+  if (!excess && !e.partial && covered != total) {
+    return Status::Corruption(FormatKeyPath(e.path) + ": pieces cover " + std::to_string(covered) +
+                              " of " + std::to_string(total) +
+                              " elements and the entry is not marked partial");
+  }
+  Status overlap = FindOverlap(e, flats, boxes, charge);
+  if (excess && overlap.code() != StatusCode::kCorruption) {
+    // Only if the work limit stopped the sweep: the count alone proves it.
+    return Status::Corruption(FormatKeyPath(e.path) + ": pieces hold more elements than the "
+                              "tensor's " + std::to_string(total));
+  }
+  return overlap;
 }
 
 namespace {

@@ -381,6 +381,79 @@ TEST(Refusal, DcpPlannerPathTooDeep) {
   EXPECT_FALSE(PathExists(dir + "/out.ckfmt"));
 }
 
+// DCP metadata whose tensor has two chunks sharing rows (torch never
+// writes that; tests/fixtures/make_fixtures.py --only dcp_overlap edits it in).
+TEST(Refusal, DcpChunksThatOverlap) {
+  std::string dir = MakeTempDir("dcp_overlap");
+  Status s = ConvertStatus(Fixture("dcp_overlap"), dir + "/out.ckfmt");
+  EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+  EXPECT_NE(s.message().find("dcp_overlap/.metadata"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("box[0:4, 0:3] and box[2:4, 0:3] of w overlap"), std::string::npos)
+      << s.ToString();
+  EXPECT_FALSE(PathExists(dir + "/out.ckfmt"));
+}
+
+// A ckfmt file nested 101 levels deep through lists: the converter's limit
+// is 100, and its refusal spells list indices in the key.
+TEST(Refusal, CkfmtNestedBeyondTheConverterLimit) {
+  std::string dir = MakeTempDir("deep_lists");
+  IndexRecord idx;
+  KeyPath path;
+  for (int i = 0; i < 50; ++i) {
+    path.emplace_back(std::string("l"));
+    idx.entries.push_back(ckfmt_test::ContainerEntry(path, EntryKind::kList));
+    path.emplace_back(uint64_t{0});
+    idx.entries.push_back(ckfmt_test::ContainerEntry(path, EntryKind::kDict));
+  }
+  path.emplace_back(std::string("x"));
+  EntryRecord leaf;
+  leaf.path = path;
+  leaf.kind = EntryKind::kInt;
+  leaf.int_value = 7;
+  idx.entries.push_back(leaf);
+  const std::string src = dir + "/deep.ckfmt";
+  ckfmt_test::RawFileBuilder b;
+  WriteFile(src, b.Build(idx));
+  for (const char* dst : {"/out.safetensors", "/out.pt", "/out.ckfmt"}) {
+    Status s = ConvertStatus(src, dir + dst);
+    EXPECT_EQ(s.code(), StatusCode::kUnsupported) << dst << ": " << s.ToString();
+    EXPECT_NE(s.message().find("\"l.0.l.0.l.0."), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find("deeper than 100 levels, the converter's limit"), std::string::npos)
+        << s.ToString();
+    EXPECT_FALSE(PathExists(dir + dst));
+  }
+}
+
+// A partial bytes entry (FORMAT.md 6.5 allows one): safetensors drops it
+// as it drops every bytes entry; outputs that hold bytes refuse it, as
+// torch.save refuses a partial tensor. It used to stop every conversion.
+TEST(Refusal, CkfmtPartialBytesEntry) {
+  std::string dir = MakeTempDir("partial_bytes");
+  ckfmt_test::RawFileBuilder b;
+  IndexRecord idx;
+  EntryRecord blob = ckfmt_test::TensorEntry({"blob"}, DType::kU8, {8});
+  blob.kind = EntryKind::kBytes;
+  blob.content_type = "bytes";
+  blob.partial = true;
+  blob.pieces.push_back(b.AddPiece(Region::Flat(0, 4), 0, "abcd", 4096));
+  idx.entries.push_back(blob);
+  EntryRecord t = ckfmt_test::TensorEntry({"t"}, DType::kU8, {2});
+  t.pieces.push_back(b.AddPiece(Region::Whole({2}), 0, "xy", 4096));
+  idx.entries.push_back(t);
+  const std::string src = dir + "/partial.ckfmt";
+  WriteFile(src, b.Build(idx));
+  ConvertReport r = ConvertOrDie(src, dir + "/out.safetensors");
+  EXPECT_EQ(r.tensors, 1u);
+  ASSERT_EQ(r.dropped.size(), 1u);
+  EXPECT_EQ(r.dropped[0].key, "blob");
+  for (const char* dst : {"/out.pt", "/out.ckfmt"}) {
+    Status s = ConvertStatus(src, dir + dst);
+    EXPECT_EQ(s.code(), StatusCode::kUnsupported) << dst << ": " << s.ToString();
+    EXPECT_NE(s.message().find("blob: bytes entry is partial"), std::string::npos) << s.ToString();
+    EXPECT_FALSE(PathExists(dir + dst));
+  }
+}
+
 TEST(Refusal, DcpDeeplyDottedKeyStaysWhole) {
   std::string dir = MakeTempDir("dcp_deep");
   ConvertReport r = ConvertOrDie(Fixture("dcp_deep_key"), dir + "/out.ckfmt");

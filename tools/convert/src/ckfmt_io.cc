@@ -63,6 +63,7 @@ struct Walker {
       case Node::Kind::kFloat: ++stats->scalars; return w->AddScalar(path, Value(n.f));
       case Node::Kind::kStr: ++stats->scalars; return w->AddScalar(path, Value(n.s));
       case Node::Kind::kBytes:
+        if (n.partial) return PartialBytesRefused(DottedKeyPath(path));
         ++stats->blobs;
         stats->data_bytes += n.s.size();
         return w->AddBytes(path, n.content_type, n.s.data(), n.s.size());
@@ -181,7 +182,7 @@ Result<Node> ReadCkfmt(const std::string& path, ConvertLog* log,
   HostMemoryNeed need;
   for (const auto& e : index.entries) {
     counts[KeyPath(e.path.begin(), e.path.end() - 1)]++;
-    if (e.kind == EntryKind::kBytes) need.Add(e.path, e.ByteSize());
+    if (e.kind == EntryKind::kBytes && !e.partial) need.Add(e.path, e.ByteSize());
   }
   CKFMT_RETURN_IF_ERROR(need.Check(path));
   root.children.reserve(counts[KeyPath{}]);
@@ -203,7 +204,10 @@ Result<Node> ReadCkfmt(const std::string& path, ConvertLog* log,
       case EntryKind::kBytes: {
         n.kind = Node::Kind::kBytes;
         n.content_type = e.content_type;
-        if (e.partial) return Status::Unsupported(path + ": partial bytes entry " + FormatKeyPath(e.path));
+        // Kept as a placeholder, not read: outputs that hold bytes refuse
+        // it, safetensors drops it as it drops every bytes entry.
+        n.partial = e.partial;
+        if (e.partial) break;
         CKFMT_RETURN_IF_ERROR(ResizeOrFail(&n.s, e.ByteSize())
                                   .WithContext(path + ": allocating " + FormatKeyPath(e.path)));
         CKFMT_RETURN_IF_ERROR(reader->ReadRegion(e.path, Region::Whole(e.shape), n.s.data()));

@@ -80,6 +80,7 @@ struct Pickler {
                                          "torch.load(weights_only=True); None kept in the list");
           return Status::OK();
         }
+        if (n.partial) return PartialBytesRefused(key);
         if (n.content_type != "bytes") {
           log->Note(key + ": bytes with content_type \"" + n.content_type +
                     "\" written as Python bytes");

@@ -304,7 +304,7 @@ std::string KeyToString(const py::Object& k, bool* was_int, std::string* note) {
 Result<Node> Convert(const py::Ref& o, Ctx& c, const std::string& key, int depth) {
   if (depth > kMaxTreeDepth) {
     return Status::Unsupported(c.opts.where + ": " + KeyForMessage(key) + ": nesting deeper than " +
-                               std::to_string(kMaxTreeDepth) + " levels");
+                               std::to_string(kMaxTreeDepth) + " levels, the converter's limit");
   }
   if (++c.nodes > kMaxNodes) {
     return Status::Unsupported(c.opts.where + ": more than " + std::to_string(kMaxNodes) +
@@ -447,7 +447,7 @@ namespace {
 Status CheckSubtree(const Node& n, const std::string& where, const std::string& key, int depth) {
   if (depth > kMaxTreeDepth) {
     return Status::Unsupported(where + ": " + KeyForMessage(key) + ": nesting deeper than " +
-                               std::to_string(kMaxTreeDepth) + " levels");
+                               std::to_string(kMaxTreeDepth) + " levels, the converter's limit");
   }
   auto not_utf8 = [&](const std::string& what) {
     return Status::Corruption(where + ": " + what + " is not valid UTF-8, which ckfmt and "
@@ -459,11 +459,14 @@ Status CheckSubtree(const Node& n, const std::string& where, const std::string& 
   if (n.kind == Node::Kind::kBytes && !IsValidUtf8(n.content_type)) {
     return not_utf8("the content type at " + KeyForMessage(key));
   }
-  for (const auto& [k, child] : n.children) {
+  const bool list = n.kind == Node::Kind::kList;
+  for (size_t i = 0; i < n.children.size(); ++i) {
+    const auto& [k, child] = n.children[i];
     if (!IsValidUtf8(k)) {
       return not_utf8("a key below " + (key.empty() ? "the root" : QuoteKey(key)));
     }
-    CKFMT_RETURN_IF_ERROR(CheckSubtree(child, where, JoinKey(key, k), depth + 1));
+    const std::string child_key = JoinKey(key, list ? std::to_string(i) : k);
+    CKFMT_RETURN_IF_ERROR(CheckSubtree(child, where, child_key, depth + 1));
   }
   return Status::OK();
 }

@@ -118,6 +118,7 @@ struct Node {
   std::vector<std::pair<std::string, Node>> children;  // kDict: keys; kList: keys unused
   bool int_keys = false;     // kDict whose keys were Python ints (optimizer state)
   bool is_tuple = false;     // kList that was a Python tuple
+  bool partial = false;      // kBytes of which the source holds only part: `s` is empty
 
   // Declared here, defaulted below: with libstdc++'s std::pair, Clang
   // checks the implicit ones while Node is still incomplete, and fails.
@@ -167,6 +168,12 @@ inline bool SplitsTooDeep(const std::string& key) {
 // string and content type is valid UTF-8, as ckfmt and safetensors require
 // of their strings; otherwise an error naming `where` and the key.
 Status CheckTree(const Node& root, const std::string& where);
+
+// The refusal of an output that must hold `key`'s partial bytes entry whole.
+inline Status PartialBytesRefused(const std::string& key) {
+  return Status::Unsupported(key + ": bytes entry is partial (not every byte was saved); " +
+                             "this output needs whole values");
+}
 
 // Notes and dropped entries collected along the way.
 struct ConvertLog {
