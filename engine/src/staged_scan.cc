@@ -134,8 +134,12 @@ void ParallelScan::Loop(unsigned worker, bool reports) {
       lk.lock();
       continue;
     }
-    // Reads first: freed staging goes back to the disk before more work.
-    if (!ring_busy_ && CanSubmit()) {
+    // Reads first: freed staging goes back to the disk before more work,
+    // and finished reads are taken before more work too, so that the
+    // staging and tags they hold go back to the disk at once (a disk that
+    // completes its whole queue in one burst otherwise idles until the
+    // jobs queued before run out).
+    if (!ring_busy_ && (CanSubmit() || (in_flight_ > 0 && io_.Ready()))) {
       DriveRing(lk, /*wait=*/jobs_.empty());
     } else if (!jobs_.empty()) {
       Job j = jobs_.front();

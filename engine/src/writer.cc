@@ -143,6 +143,18 @@ Status CheckpointWriter::Impl::Open() {
                                            : 2 * size_t{pool_.size()};
   const size_t budget = std::max<size_t>(2, opts_.io.staging_bytes / block);
   size_t slots = budget + batch_max_;
+  size_t write_limit = kCompressedWriteDepth;
+  if (opts_.codec == Codec::kNone) {
+    // The budget bounds the writes in flight, and a quarter of it more (at
+    // least two slots) is filled ahead: a virtual disk that ends its whole
+    // queue in one burst gets those back at once, where slots filled only
+    // after their writes ended leave the queue short by a copy's time per
+    // slot. A/B, 4 alternations of ckfmt-bench-e2e --codecs none --runs 5
+    // with four such slots: save 0.93-1.00x (paired) its raw write, against
+    // 0.88-0.92x without; two, four and eight then measured alike.
+    slots += std::max<size_t>(2, budget / 4);
+    write_limit = budget;
+  }
   if (opts_.codec != Codec::kNone) {
     // Buffers beyond one per encoder hold finished chunks waiting for their
     // turn, while every encoder has a buffer for the next one. A disk that
@@ -158,7 +170,7 @@ Status CheckpointWriter::Impl::Open() {
     slots = std::max(budget + 1, batch_max_ + 2);
   }
   CKFMT_ASSIGN_OR_RETURN(out_, StagedOutput::Create(file_, opts_.io, block, slots));
-  if (opts_.codec != Codec::kNone) out_->LimitWrites(kCompressedWriteDepth);
+  out_->LimitWrites(write_limit);
   out_->AllocateAhead();  // this writer owns the whole file
   if (opts_.codec != Codec::kNone && opts_.fsync && opts_.sync_behind_bytes > 0) {
     sync_behind_ = std::make_unique<SyncBehind>(file_, opts_.sync_behind_bytes);

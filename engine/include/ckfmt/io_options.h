@@ -20,10 +20,12 @@ struct IoOptions {
   // (bench/e2e_bench.cc); 8 MiB requests or 48 MiB in flight read slower
   // there, and fewer than ~16 MiB in flight cannot keep a disk busy.
   uint64_t block_size = 4ull << 20;      // bytes per I/O request (reads: at most)
-  // Bytes of I/O in flight (block_size multiples). Writes stage exactly
-  // this; reads keep about this much in flight and hold as much again, plus
-  // one request, for the data being verified and copied out meanwhile (so a
-  // file larger than this is read with 2 * staging_bytes + block_size).
+  // Bytes of I/O in flight (block_size multiples). Uncompressed writes
+  // keep at most this in flight and fill a quarter more (two blocks at
+  // least) ahead; compressed ones stage this. Reads keep about this much in
+  // flight and hold as much again, plus one request, for the data being
+  // verified and copied out meanwhile (so a file larger than this is read
+  // with 2 * staging_bytes + block_size).
   uint64_t staging_bytes = 32ull << 20;
   unsigned threads = 0;                  // worker threads for checksums/codecs; 0: all cores
 };
