@@ -86,6 +86,14 @@ void StreamBlock(uint8_t* __restrict d, const uint8_t* __restrict s, size_t n) {
 
 uint64_t Checksum(const void* data, size_t size) { return Hash(data, size); }
 
+struct ChecksumStream::State {
+  XXH3_state_t xxh;
+};
+ChecksumStream::ChecksumStream() : state_(new State) { XXH3_64bits_reset(&state_->xxh); }
+ChecksumStream::~ChecksumStream() = default;
+void ChecksumStream::Update(const void* data, size_t size) { HashUpdate(&state_->xxh, data, size); }
+uint64_t ChecksumStream::Digest() const { return XXH3_64bits_digest(&state_->xxh); }
+
 void CopyUncached(void* dst, const void* src, size_t size) {
   if (size < kMinUncachedBytes) {
     std::memcpy(dst, src, size);

@@ -94,6 +94,38 @@ TEST_F(CorruptionTest, ChunkByteFlipFailsLoadNamingTheKey) {
   CKFMT_EXPECT_OK((*r)->ReadTensor({"model", "b"}));
 }
 
+// A file in the page cache is read into place in pieces, each hashed as
+// it arrives: a chunk of several pieces loads bitwise, and a byte flipped
+// in its last piece fails the load with the chunk's key.
+TEST(CachedLoadTest, ChunksOfSeveralPiecesLoadBitwiseAndDamageIsFound) {
+  ScopedTempDir dir;
+  const std::string path = dir.File("cached.ckfmt");
+  Dict root;
+  root.Set("w", RandomTensor(DType::kF32, {300, 1000}, 3));  // 1.2 MB: one chunk of 5 pieces
+  const Value original(std::move(root));
+  SaveOptions so = SmallSaveOptions();
+  so.chunk_size = 4ull << 20;
+  CKFMT_ASSERT_OK(ckfmt::Save(path, original, so));
+  for (bool damaged : {false, true}) {
+    if (damaged) XorByte(path, 4096 + 1200000 - 3, 0x01);  // the header, then the chunk
+    (void)ReadFileBytes(path);  // cached: the load takes the page-cache path
+    Dict into_root;
+    into_root.Set("w", Tensor::Empty(DType::kF32, {300, 1000}));
+    Value into(std::move(into_root));
+    auto r = ckfmt::Load(path, &into);
+    if (!damaged) {
+      CKFMT_ASSERT_OK(r);
+      EXPECT_EQ(TensorBytes(into.Find({"w"})->as_tensor()),
+                TensorBytes(original.Find({"w"})->as_tensor()));
+      continue;
+    }
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("checksum"), std::string::npos) << r.status().ToString();
+    EXPECT_TRUE(MentionsPath(r.status().message(), {"w"})) << r.status().message();
+  }
+}
+
 TEST_F(CorruptionTest, ChecksumsOffLoadsTheDamagedValue) {
   const uint64_t pos = layout.chunks[1].first + 7;
   XorByte(path, pos, 0x10);

@@ -303,6 +303,18 @@ TEST(ChecksumTest, CopyAndChecksumMatchesChecksumAtEverySize) {
   }
 }
 
+TEST(ChecksumTest, StreamMatchesChecksumHoweverTheBytesAreSplit) {
+  std::vector<uint8_t> b(700000);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = uint8_t(i * 2654435761u >> 9);
+  for (size_t piece : {1ul, 63ul, 4096ul, 65536ul, 262144ul, 700000ul}) {
+    for (size_t n : {0ul, 1ul, 240ul, 241ul, 262144ul, 700000ul}) {
+      ChecksumStream s;
+      for (size_t at = 0; at < n; at += piece) s.Update(b.data() + at, std::min(piece, n - at));
+      EXPECT_EQ(s.Digest(), Checksum(b.data(), n)) << "pieces of " << piece << ", " << n << " bytes";
+    }
+  }
+}
+
 TEST(ChecksumTest, LargeCopiesMatchAtEveryDestinationAlignment) {
   // Large copies take the streaming-store path, which aligns its stores.
   std::vector<uint8_t> src((1 << 20) + 77), dst(src.size() + 32);

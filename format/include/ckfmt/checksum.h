@@ -3,10 +3,27 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace ckfmt {
 
 uint64_t Checksum(const void* data, size_t size);
+
+// Checksum() of bytes given in pieces, in order: data that arrives piece
+// by piece (a read into place) is hashed while each piece is in cache.
+class ChecksumStream {
+ public:
+  ChecksumStream();
+  ~ChecksumStream();
+  ChecksumStream(const ChecksumStream&) = delete;
+  ChecksumStream& operator=(const ChecksumStream&) = delete;
+  void Update(const void* data, size_t size);
+  uint64_t Digest() const;  // of everything given so far
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 // Copies `size` bytes from `src` to `dst` and returns Checksum() of them, in
 // one pass: each cache-sized block is hashed while it is still in cache,
