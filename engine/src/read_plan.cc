@@ -232,14 +232,19 @@ Status ReadCached(const File& file, const std::map<uint64_t, ChunkTask>& tasks,
     if (!t.device && c.codec == uint8_t(Codec::kNone) && t.copies.size() == 1 &&
         t.copies[0].len == c.raw_size) {
       uint8_t* dst = t.copies[0].dst;
+      if (!options.verify_checksums) {
+        errs[i] = WhileReading(file.ReadAt(c.offset, dst, c.raw_size), t);
+        return;
+      }
       ChecksumStream sum;
       for (uint64_t at = 0; at < c.raw_size && errs[i].ok(); at += kCachedPiece) {
         const uint64_t n = std::min<uint64_t>(kCachedPiece, c.raw_size - at);
         errs[i] = WhileReading(file.ReadAt(c.offset + at, dst + at, n), t);
-        if (errs[i].ok() && options.verify_checksums) sum.Update(dst + at, n);
+        if (errs[i].ok()) sum.Update(dst + at, n);
       }
-      if (errs[i].ok() && options.verify_checksums && sum.Digest() != c.checksum) {
-        errs[i] = ChecksumMismatch(file, t, sum.Digest());
+      if (!errs[i].ok()) return;
+      if (const uint64_t got = sum.Digest(); got != c.checksum) {
+        errs[i] = ChecksumMismatch(file, t, got);
       }
       return;
     }

@@ -142,8 +142,7 @@ Status CheckpointWriter::Impl::Open() {
   batch_max_ = opts_.codec == Codec::kNone ? std::max<size_t>(1, pool_.size() - 1)
                                            : 2 * size_t{pool_.size()};
   const size_t budget = std::max<size_t>(2, opts_.io.staging_bytes / block);
-  size_t slots = budget + batch_max_;
-  size_t write_limit = kCompressedWriteDepth;
+  size_t slots, write_limit;
   if (opts_.codec == Codec::kNone) {
     // The budget bounds the writes in flight, and a quarter of it more (at
     // least two slots) is filled ahead: a virtual disk that ends its whole
@@ -152,10 +151,9 @@ Status CheckpointWriter::Impl::Open() {
     // slot. A/B, 4 alternations of ckfmt-bench-e2e --codecs none --runs 5
     // with four such slots: save 0.93-1.00x (paired) its raw write, against
     // 0.88-0.92x without; two, four and eight then measured alike.
-    slots += std::max<size_t>(2, budget / 4);
+    slots = budget + batch_max_ + std::max<size_t>(2, budget / 4);
     write_limit = budget;
-  }
-  if (opts_.codec != Codec::kNone) {
+  } else {
     // Buffers beyond one per encoder hold finished chunks waiting for their
     // turn, while every encoder has a buffer for the next one. A disk that
     // completes writes in bursts keeps the calling thread waiting for
@@ -168,6 +166,7 @@ Status CheckpointWriter::Impl::Open() {
     // The pipeline fills one slot at a time; device batches need room for
     // a whole batch of reservations.
     slots = std::max(budget + 1, batch_max_ + 2);
+    write_limit = kCompressedWriteDepth;
   }
   CKFMT_ASSIGN_OR_RETURN(out_, StagedOutput::Create(file_, opts_.io, block, slots));
   out_->LimitWrites(write_limit);
