@@ -13,8 +13,10 @@
 // disk. So raw planes are split straight into the output and joined
 // straight from the input, Split/Join use SSE2 for 2- and 4-byte elements,
 // a large chunk's join stores around the cache, and at fast levels
-// exponent planes are coded as literal-only zstd frames (see
-// LiteralOnlyContext). Every plane is still one standard zstd frame.
+// exponent planes are coded as literal-only zstd frames, by ckfmt's own
+// writer (zstd_literals.h) with a code built from the plane's sample, or by
+// libzstd where that writer declines (LiteralOnlyContext). Every plane is
+// still one standard zstd frame.
 #define ZSTD_STATIC_LINKING_ONLY  // ZSTD_registerSequenceProducer, literal mode
 #include <zstd.h>
 
@@ -38,6 +40,7 @@
 #include "uncached_store.h"
 #include "zstd_context.h"
 #include "zstd_frame.h"
+#include "zstd_literals.h"
 
 namespace ckfmt {
 namespace {
@@ -289,11 +292,17 @@ size_t GatherSample(const uint8_t* raw, size_t e, size_t n, uint8_t* out) {
   return kSample;
 }
 
+using Histogram = std::array<uint32_t, 256>;
+
+Histogram Count(const uint8_t* s, size_t len) {
+  Histogram hist{};
+  for (size_t i = 0; i < len; ++i) ++hist[s[i]];
+  return hist;
+}
+
 // Order-0 entropy in bits per byte: a plane near 8 is noise that zstd
 // would spend time on for nothing.
-double Entropy(const uint8_t* s, size_t len) {
-  std::array<uint32_t, 256> hist{};
-  for (size_t i = 0; i < len; ++i) ++hist[s[i]];
+double Entropy(const Histogram& hist, size_t len) {
   double h = 0;
   for (uint32_t c : hist) {
     if (c) {
@@ -379,9 +388,16 @@ ZSTD_CCtx* LiteralOnlyContext() {
   return ctx.get();
 }
 
-size_t CompressPlane(int level, bool literal_only, const uint8_t* in, size_t n, uint8_t* out,
-                     size_t cap) {
-  if (literal_only) return ZSTD_compress2(LiteralOnlyContext(), out, cap, in, n);
+// Codes a plane as one zstd frame. `sample` is the histogram of the
+// plane's sample, which shapes the code of a literal-only frame; libzstd
+// codes those only where ckfmt's own writer declines.
+size_t CompressPlane(int level, bool literal_only, const Histogram& sample, const uint8_t* in,
+                     size_t n, uint8_t* out, size_t cap) {
+  if (literal_only) {
+    const size_t z = WriteLiteralsFrame(sample.data(), in, n, out, cap);
+    if (z != 0) return z;
+    return ZSTD_compress2(LiteralOnlyContext(), out, cap, in, n);
+  }
   ZSTD_CCtx* cctx = ThreadCompressContext();
   ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
@@ -419,12 +435,14 @@ Result<size_t> EncodeBytePlanes(int level, size_t e, const uint8_t* raw, size_t 
   sample.resize(e * kSample);
   const size_t sampled = GatherSample(raw, e, n, sample.data());
   std::array<bool, kMaxElement> try_zstd{}, literal_only{};
+  std::array<Histogram, kMaxElement> hist;
   std::array<uint8_t*, kMaxElement> dst{};
   bool direct = true;
   for (size_t p = 0; p < e; ++p) {
     const uint8_t* s = sample.data() + p * kSample;
     const bool repeats = RepeatCoverage(s, sampled) >= kMinRepeatCoverage;
-    try_zstd[p] = repeats || Entropy(s, sampled) < kMaxUsefulEntropy;
+    hist[p] = Count(s, sampled);
+    try_zstd[p] = repeats || Entropy(hist[p], sampled) < kMaxUsefulEntropy;
     literal_only[p] = !repeats && level <= kMaxLiteralOnlyLevel;
     direct = direct && !try_zstd[p] && header + (p + 1) * n <= out_cap;
     if (direct) {
@@ -441,7 +459,8 @@ Result<size_t> EncodeBytePlanes(int level, size_t e, const uint8_t* raw, size_t 
     uint8_t mode = 0;
     size_t len = n;
     if (try_zstd[p]) {
-      size_t z = CompressPlane(level, literal_only[p], dst[p], n, out + pos, out_cap - pos);
+      size_t z = CompressPlane(level, literal_only[p], hist[p], dst[p], n, out + pos,
+                               out_cap - pos);
       if (!ZSTD_isError(z) && z < n) {
         mode = 1;
         len = z;
