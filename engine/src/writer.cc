@@ -21,13 +21,6 @@
 namespace ckfmt {
 
 inline constexpr const char* kWriterVersion = "0.1.0";
-// Writes in flight at most for compressed saves: deeper went no faster,
-// and fewer slots wait on the disk. Measured with extending writes, which
-// ext4 runs one at a time (4 MiB each: 2.26 GiB/s at depth 2-4, 2.1 at 8,
-// 1.7-1.9 at 11; A/B runs of whole saves at depth 2, 4, 8 and unlimited
-// within the disk's noise), and again with the file allocated ahead (depth
-// 4, 8 and unlimited within the noise, 6 alternations each).
-inline constexpr size_t kCompressedWriteDepth = 4;
 
 class CheckpointWriter::Impl {
  public:
@@ -142,17 +135,22 @@ Status CheckpointWriter::Impl::Open() {
   batch_max_ = opts_.codec == Codec::kNone ? std::max<size_t>(1, pool_.size() - 1)
                                            : 2 * size_t{pool_.size()};
   const size_t budget = std::max<size_t>(2, opts_.io.staging_bytes / block);
-  size_t slots, write_limit;
+  // The budget bounds the writes in flight, and a quarter of it more (at
+  // least two slots) is filled ahead: a virtual disk that ends its whole
+  // queue in one burst gets those back at once, where slots filled only
+  // after their writes ended leave the queue short by a copy's time per
+  // slot. A/B, 4 alternations of ckfmt-bench-e2e --codecs none --runs 5
+  // with four such slots: save 0.93-1.00x (paired) its raw write, against
+  // 0.88-0.92x without; two, four and eight then measured alike.
+  // Compressed saves did as well with 4 writes in flight while encoding
+  // was the bottleneck; once it was not, the whole budget in flight
+  // measured 1.13-1.15x the paired raw write against 0.96-1.09x with 4
+  // (3 alternations of --codecs byteplane-zstd).
+  const size_t ahead = std::max<size_t>(2, budget / 4);
+  const size_t write_limit = budget;
+  size_t slots;
   if (opts_.codec == Codec::kNone) {
-    // The budget bounds the writes in flight, and a quarter of it more (at
-    // least two slots) is filled ahead: a virtual disk that ends its whole
-    // queue in one burst gets those back at once, where slots filled only
-    // after their writes ended leave the queue short by a copy's time per
-    // slot. A/B, 4 alternations of ckfmt-bench-e2e --codecs none --runs 5
-    // with four such slots: save 0.93-1.00x (paired) its raw write, against
-    // 0.88-0.92x without; two, four and eight then measured alike.
-    slots = budget + batch_max_ + std::max<size_t>(2, budget / 4);
-    write_limit = budget;
+    slots = budget + batch_max_ + ahead;
   } else {
     // Buffers beyond one per encoder hold finished chunks waiting for their
     // turn, while every encoder has a buffer for the next one. A disk that
@@ -165,8 +163,7 @@ Status CheckpointWriter::Impl::Open() {
         [this](const ChunkJob& job, const StoredChunk& c) { return PutEncoded(job, c); });
     // The pipeline fills one slot at a time; device batches need room for
     // a whole batch of reservations.
-    slots = std::max(budget + 1, batch_max_ + 2);
-    write_limit = kCompressedWriteDepth;
+    slots = std::max(budget + 1 + ahead, batch_max_ + 2);
   }
   CKFMT_ASSIGN_OR_RETURN(out_, StagedOutput::Create(file_, opts_.io, block, slots));
   out_->LimitWrites(write_limit);
