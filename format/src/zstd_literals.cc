@@ -1,6 +1,8 @@
 // See zstd_literals.h. Section numbers are RFC 8878's.
 #include "zstd_literals.h"
 
+#include <zstd.h>  // ZSTD_MAGICNUMBER, ZSTD_BLOCKSIZE_MAX (constants only)
+
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -16,7 +18,7 @@
 namespace ckfmt {
 namespace {
 
-constexpr size_t kBlock = size_t{128} << 10;  // Block_Maximum_Size (§3.1.1.2.4)
+constexpr size_t kBlock = ZSTD_BLOCKSIZE_MAX;  // Block_Maximum_Size (§3.1.1.2.4)
 constexpr size_t kMinCodedBlock = 1024;       // smaller blocks are stored raw
 constexpr int kMaxBits = 11;                  // Max_Number_of_Bits (§4.2.1)
 
@@ -488,7 +490,7 @@ size_t WriteLiteralsFrame(const uint32_t* sample_counts, const uint8_t* in, size
   // content, and a 4-byte Frame_Content_Size.
   constexpr size_t kHeader = 4 + 1 + 4;
   if (cap < kHeader) return 0;
-  PutU32(out, 0xFD2FB528u);
+  PutU32(out, ZSTD_MAGICNUMBER);
   out[4] = uint8_t(2 << 6 | 1 << 5);
   PutU32(out + 5, uint32_t(n));
   size_t pos = kHeader;
