@@ -18,6 +18,8 @@
 #include "ckfmt/verify.h"
 #include "ckfmt/writer.h"
 #include "dist_test_util.h"
+#include "gpu/device_test_util.h"
+#include "sim_device_comm.h"
 
 namespace {
 
@@ -470,6 +472,85 @@ TEST_F(Dist, StaleTemporaryFilesDoNotDisturbASave) {
     ASSERT_TRUE(Load(File("ck"), &loaded).ok());
     EXPECT_TRUE(MatchesFull(loaded, full, true));
   }
+}
+
+// ---------------------------------------------------------------------------
+// GPU tensors (simulated device): shards gathered over the device
+// communicator, host entries over MPI.
+
+class DistDevice : public Dist {
+ protected:
+  void SetUp() override {
+    Dist::SetUp();
+    SetDeviceOps(&ops);
+  }
+  void TearDown() override {
+    SetDeviceOps(nullptr);
+    EXPECT_EQ(ops.pinned_ranges(), 0u);
+    EXPECT_EQ(ops.violations(), "");
+    Dist::TearDown();
+  }
+  static bool IsCounter(const Tensor& t) { return t.shape().empty(); }
+  SimulatedDeviceOps ops;  // outlives the tensors of each test body
+};
+
+TEST_F(DistDevice, FlattenedSaveGathersGpuShards) {
+  for (LayoutKind kind : {LayoutKind::kFsdp1, LayoutKind::kFsdp2, LayoutKind::kGrid2D}) {
+    if (!GridFits(kind, world)) continue;
+    SCOPED_TRACE(LayoutName(kind));
+    Value full = MakeFullState(21);
+    auto host = ShardStateDict(full, MakeLayout(kind, full, world, rank));
+    ASSERT_TRUE(host.ok());
+    Value local = ckfmt_test::ToDevice(ops, *host, 0, IsCounter);
+    SimulatedDeviceComm device_comm(*comm, ops, 0);
+    DistSaveOptions o = SmallOptions(SaveMode::kFlattened);
+    o.device_comm = &device_comm;
+    auto s = DistSave(*comm, File(LayoutName(kind)), local, o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ(s->local_raw_bytes > 0, device_comm.gathered_bytes() > 0);
+    ASSERT_TRUE(comm->Barrier().ok());
+    Value loaded{Dict{}};
+    ASSERT_TRUE(Load(File(LayoutName(kind)), &loaded).ok());
+    EXPECT_TRUE(MatchesFull(loaded, full, true));
+  }
+}
+
+TEST_F(DistDevice, ShardsSplitBetweenGpuAndHostAreRefused) {
+  if (world < 2) GTEST_SKIP() << "needs two ranks";
+  Value full = MakeFullState(22);
+  auto host = ShardStateDict(full, MakeLayout(LayoutKind::kFsdp2, full, world, rank));
+  ASSERT_TRUE(host.ok());
+  // The last rank keeps its shards on the host.
+  Value local = rank == world - 1 ? *host : ckfmt_test::ToDevice(ops, *host, 0, IsCounter);
+  SimulatedDeviceComm device_comm(*comm, ops, 0);
+  DistSaveOptions o = SmallOptions(SaveMode::kFlattened);
+  o.device_comm = &device_comm;
+  auto s = DistSave(*comm, File("ck"), local, o);
+  ASSERT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("model/embed.weight: rank 0 holds its shard on a GPU, rank " +
+                                      std::to_string(world - 1) + " on the host"),
+            std::string::npos)
+      << s.status().message();
+  ASSERT_TRUE(comm->Barrier().ok());
+  if (rank == 0) {
+    EXPECT_TRUE(ListDir(dir).empty());
+  }
+}
+
+TEST_F(DistDevice, ADeviceCommunicatorOnSomeRanksOnlyIsRefused) {
+  if (world < 2) GTEST_SKIP() << "needs two ranks";
+  Value full = MakeFullState(23);
+  auto local = ShardStateDict(full, MakeLayout(LayoutKind::kFsdp2, full, world, rank));
+  ASSERT_TRUE(local.ok());
+  SimulatedDeviceComm device_comm(*comm, ops, 0);
+  DistSaveOptions o = SmallOptions(SaveMode::kFlattened);
+  if (rank == 0) o.device_comm = &device_comm;
+  auto s = DistSave(*comm, File("ck"), *local, o);
+  ASSERT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("is given on 1 of " + std::to_string(world) + " ranks"),
+            std::string::npos)
+      << s.status().message();
+  EXPECT_EQ(Messages(s.status()).size(), size_t(world));
 }
 
 }  // namespace

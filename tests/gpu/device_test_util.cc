@@ -29,10 +29,7 @@ Tensor ToHost(SimulatedDeviceOps& ops, const Tensor& t) {
   return h;
 }
 
-namespace {
-
-template <typename F>
-Value MapTensors(const Value& v, const F& f) {
+Value MapTensors(const Value& v, const std::function<Tensor(const Tensor&)>& f) {
   switch (v.kind()) {
     case Value::Kind::kTensor: return Value(f(v.as_tensor()));
     case Value::Kind::kDict: {
@@ -51,10 +48,13 @@ Value MapTensors(const Value& v, const F& f) {
   }
 }
 
-}  // namespace
-
 Value ToDevice(SimulatedDeviceOps& ops, const Value& v, int device) {
   return MapTensors(v, [&](const Tensor& t) { return ToDevice(ops, t, device); });
+}
+
+Value ToDevice(SimulatedDeviceOps& ops, const Value& v, int device,
+               const std::function<bool(const Tensor&)>& stays) {
+  return MapTensors(v, [&](const Tensor& t) { return stays(t) ? t : ToDevice(ops, t, device); });
 }
 
 Value ToHost(SimulatedDeviceOps& ops, const Value& v) {

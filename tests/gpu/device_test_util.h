@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 
 #include "ckfmt/state_dict.h"
@@ -12,12 +13,19 @@
 
 namespace ckfmt_test {
 
+// `v` with every tensor replaced by f(tensor); the rest copied.
+ckfmt::Value MapTensors(const ckfmt::Value& v,
+                        const std::function<ckfmt::Tensor(const ckfmt::Tensor&)>& f);
 // A copy of `t` in device memory of `ops` on cuda:`device` (shard kept).
 ckfmt::Tensor ToDevice(ckfmt::SimulatedDeviceOps& ops, const ckfmt::Tensor& t, int device);
 // A host copy of a device tensor (shard kept); host tensors are copied too.
 ckfmt::Tensor ToHost(ckfmt::SimulatedDeviceOps& ops, const ckfmt::Tensor& t);
 // `v` with every tensor replaced by ToDevice / ToHost of it.
 ckfmt::Value ToDevice(ckfmt::SimulatedDeviceOps& ops, const ckfmt::Value& v, int device);
+// Likewise, but tensors for which `stays` is true stay on the host (as a
+// trainer's step counters do).
+ckfmt::Value ToDevice(ckfmt::SimulatedDeviceOps& ops, const ckfmt::Value& v, int device,
+                      const std::function<bool(const ckfmt::Tensor&)>& stays);
 ckfmt::Value ToHost(ckfmt::SimulatedDeviceOps& ops, const ckfmt::Value& v);
 // Number of tensors in `v` on a CUDA device / in total.
 size_t CountDeviceTensors(const ckfmt::Value& v);

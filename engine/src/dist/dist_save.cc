@@ -47,8 +47,10 @@ Status AgreeOnPlan(SaveContext& ctx) {
   Status local = ctx.Hook("plan");
   std::vector<LocalEntry> described;
   if (local.ok()) {
+    const Communicator* dc = ctx.options.device_comm;
     auto d = DescribeLocalState(ctx.local_state, ctx.rank(),
-                                ctx.options.replica_check == ReplicaCheck::kChecksum);
+                                ctx.options.replica_check == ReplicaCheck::kChecksum,
+                                dc ? dc->device() : -1);
     if (d.ok()) {
       described = std::move(*d);
     } else {
@@ -115,6 +117,31 @@ Status AgreeOnPlan(SaveContext& ctx) {
   return comm.AgreeOnStatus(local, "receiving the plan of " + ctx.path);
 }
 
+// A device communicator on every rank or on none, over the same ranks,
+// and only for the flattened mode.
+Status CheckDeviceComm(const SaveContext& ctx) {
+  Communicator& comm = ctx.comm;
+  const Communicator* dc = ctx.options.device_comm;
+  int64_t given = dc != nullptr;
+  CKFMT_RETURN_IF_ERROR(comm.AllReduce(&given, 1, ReduceOp::kSum));
+  Status local;
+  const std::string where = ctx.path + ": DistSaveOptions::device_comm";
+  if (given != 0 && given != comm.size()) {
+    local = Status::InvalidArgument(where + " is given on " + std::to_string(given) + " of " +
+                                    std::to_string(comm.size()) + " ranks; pass it on all or none");
+  } else if (dc && dc->memory() != MemorySpace::kDevice) {
+    local = Status::InvalidArgument(where + " must be a device communicator, got " + dc->name());
+  } else if (dc && (dc->size() != comm.size() || dc->rank() != comm.rank())) {
+    local = Status::InvalidArgument(where + " is rank " + std::to_string(dc->rank()) + " of " +
+                                    std::to_string(dc->size()) + ", the host communicator rank " +
+                                    std::to_string(comm.rank()) + " of " +
+                                    std::to_string(comm.size()) + ": they must match");
+  } else if (dc && ctx.options.mode != SaveMode::kFlattened) {
+    local = Status::InvalidArgument(where + ": GPU tensors are gathered in the flattened mode only");
+  }
+  return comm.AgreeOnStatus(local, "checking the device communicator for " + ctx.path);
+}
+
 }  // namespace
 
 Result<DistSaveStats> DistSave(Communicator& comm, const std::string& path,
@@ -129,6 +156,7 @@ Result<DistSaveStats> DistSave(Communicator& comm, const std::string& path,
   CKFMT_RETURN_IF_ERROR(BroadcastString(comm, &opts, 0));
   CKFMT_RETURN_IF_ERROR(DecodeOptions(opts, &ctx.options));
   ctx.stats.mode = ctx.options.mode;
+  CKFMT_RETURN_IF_ERROR(CheckDeviceComm(ctx));
   CKFMT_RETURN_IF_ERROR(AgreeOnPlan(ctx));
   ctx.stats.entries = ctx.plan.entries.size();
   Status s = ctx.options.mode == SaveMode::kParallel ? ParallelSave(ctx) : FlattenedSave(ctx);

@@ -7,6 +7,11 @@
 // into place (GatherSegments: each rank sends the runs of its shards that
 // fall into each slice; rank 0 receives them at their offsets). At the end:
 // agree, rank 0 commits, agree on the commit.
+//
+// GPU entries (DistSaveOptions::device_comm) are gathered over the device
+// communicator into a pair of GPU buffers on rank 0 and written from there
+// device -> pinned staging slot -> disk; host entries keep host buffers.
+// A bucket may hold both: each kind sits at its offset in its own buffer.
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -15,6 +20,7 @@
 
 #include "ckfmt/log.h"
 #include "buckets.h"
+#include "device/device_ops.h"
 #include "save_internal.h"
 #include "scalar_value.h"
 
@@ -24,8 +30,9 @@ namespace {
 // Writes buckets on a thread of its own (rank 0 only); one at a time.
 class BucketWriter {
  public:
-  BucketWriter(CheckpointWriter& writer, const GlobalPlan& plan)
-      : writer_(writer), plan_(plan), thread_([this] { Loop(); }) {}
+  // `device`: where GPU entries' gather buffers are.
+  BucketWriter(CheckpointWriter& writer, const GlobalPlan& plan, Device device)
+      : writer_(writer), plan_(plan), device_(device), thread_([this] { Loop(); }) {}
   ~BucketWriter() {
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -35,12 +42,14 @@ class BucketWriter {
     thread_.join();
   }
 
-  // REQUIRES: the previous bucket finished (Wait() returned).
-  void Submit(const Bucket* bucket, const uint8_t* buffer) {
+  // `host` and `device` hold the bucket's host and GPU entries at their
+  // offsets. REQUIRES: the previous bucket finished (Wait() returned).
+  void Submit(const Bucket* bucket, const uint8_t* host, const uint8_t* device) {
     {
       std::lock_guard<std::mutex> l(mu_);
       job_ = bucket;
-      buffer_ = buffer;
+      buffer_ = host;
+      device_buffer_ = device;
     }
     cv_.notify_all();
   }
@@ -66,9 +75,10 @@ class BucketWriter {
       if (job_ == nullptr) return;
       const Bucket* job = job_;
       const uint8_t* buf = buffer_;
+      const uint8_t* dbuf = device_buffer_;
       bool failed = !error_.ok();
       l.unlock();
-      Status s = failed ? Status::OK() : Write(*job, buf);
+      Status s = failed ? Status::OK() : Write(*job, buf, dbuf);
       l.lock();
       if (error_.ok()) error_ = s;
       job_ = nullptr;
@@ -76,7 +86,7 @@ class BucketWriter {
     }
   }
 
-  Status Write(const Bucket& bucket, const uint8_t* buf) {
+  Status Write(const Bucket& bucket, const uint8_t* buf, const uint8_t* dbuf) {
     for (const WriteOp& op : bucket.ops) {
       const PlanEntry& e = plan_.entries[op.entry];
       if (!op.data) {
@@ -92,8 +102,10 @@ class BucketWriter {
         continue;
       }
       // Rank 0 wrote the piece; the shards' origin goes to saved_layout.
-      CKFMT_RETURN_IF_ERROR(
-          writer_.AddTensorPiece(e.path, e.dtype, e.shape, op.region, 0, buf + op.offset));
+      // GPU data goes device -> pinned staging slot -> disk.
+      CKFMT_RETURN_IF_ERROR(writer_.AddTensorPiece(
+          e.path, e.dtype, e.shape, op.region, 0, (e.on_device ? dbuf : buf) + op.offset,
+          e.on_device ? device_ : Device{}));
       if (op.last && e.sharded) {
         for (const Source& s : e.layout) {
           CKFMT_RETURN_IF_ERROR(writer_.AddSavedLayout(e.path, ShardRecord{s.rank, s.region}));
@@ -105,10 +117,12 @@ class BucketWriter {
 
   CheckpointWriter& writer_;
   const GlobalPlan& plan_;
+  const Device device_;
   std::mutex mu_;
   std::condition_variable cv_;
   const Bucket* job_ = nullptr;
   const uint8_t* buffer_ = nullptr;
+  const uint8_t* device_buffer_ = nullptr;
   Status error_;
   bool stop_ = false;
   std::thread thread_;  // last: starts after the members it uses
@@ -141,14 +155,65 @@ class GatherBuffer {
   uint64_t size_ = 0;
 };
 
-// This rank's contribution to `bucket`: the runs of its owned regions that
+// A gather buffer in GPU memory (rank 0, for GPU entries), allocated
+// through the device layer. Left allocated when the device communicator
+// broke, like GatherBuffer.
+class DeviceGatherBuffer {
+ public:
+  DeviceGatherBuffer(const Communicator* comm, Device device) : comm_(comm), device_(device) {}
+  DeviceGatherBuffer(const DeviceGatherBuffer&) = delete;
+  DeviceGatherBuffer& operator=(const DeviceGatherBuffer&) = delete;
+  ~DeviceGatherBuffer() {
+    if (data_ && !comm_->broken()) ops_->Free(device_.index, data_);
+  }
+  Status Reserve(uint64_t bytes) {
+    if (data_ || bytes == 0) return Status::OK();
+    CKFMT_ASSIGN_OR_RETURN(ops_, DeviceOpsFor(device_));
+    auto p = ops_->Allocate(device_.index, bytes);
+    if (!p.ok()) {
+      return p.status().WithContext("a gather buffer of " + std::to_string(bytes) + " bytes on " +
+                                    DeviceName(device_));
+    }
+    data_ = static_cast<uint8_t*>(*p);
+    size_ = bytes;
+    return Status::OK();
+  }
+  uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  const Communicator* comm_;
+  Device device_;
+  DeviceOps* ops_ = nullptr;
+  uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+// The end of the last slice of each memory space in a bucket: what its
+// host and its device buffer must hold.
+struct Extents {
+  uint64_t host = 0, device = 0;
+};
+Extents BucketExtents(const GlobalPlan& plan, const Bucket& bucket) {
+  Extents x;
+  for (const WriteOp& op : bucket.ops) {
+    if (!op.data) continue;
+    uint64_t& end = plan.entries[op.entry].on_device ? x.device : x.host;
+    end = std::max(end, op.offset + op.bytes);
+  }
+  return x;
+}
+
+// This rank's contribution to `bucket` in one memory space (`device`: its
+// GPU entries, else its host ones): the runs of its owned regions that
 // fall into each slice, in op order and source order.
-std::vector<ConstSegment> SendSegments(const SaveContext& ctx, const Bucket& bucket,
+std::vector<ConstSegment> SendSegments(const SaveContext& ctx, const Bucket& bucket, bool device,
                                        uint64_t* bytes) {
   std::vector<ConstSegment> segs;
   for (const WriteOp& op : bucket.ops) {
     if (!op.data || !ctx.local_data[op.entry]) continue;
     const PlanEntry& e = ctx.plan.entries[op.entry];
+    if (e.on_device != device) continue;
     const uint64_t es = e.ElementSize();
     const uint8_t* base = ctx.local_data[op.entry];
     ForEachOverlap(e.shape, *ctx.local_region[op.entry], op.region, [&](const Run& r) {
@@ -159,13 +224,15 @@ std::vector<ConstSegment> SendSegments(const SaveContext& ctx, const Bucket& buc
   return segs;
 }
 
-// Where every rank's contribution lands in rank 0's buffer.
+// Where every rank's contribution in one memory space lands in rank 0's
+// buffer of that space.
 std::vector<std::vector<Segment>> RecvSegments(const SaveContext& ctx, const Bucket& bucket,
-                                               uint8_t* buf) {
+                                               bool device, uint8_t* buf) {
   std::vector<std::vector<Segment>> segs(ctx.comm.size());
   for (const WriteOp& op : bucket.ops) {
     if (!op.data) continue;
     const PlanEntry& e = ctx.plan.entries[op.entry];
+    if (e.on_device != device) continue;
     const uint64_t es = e.ElementSize();
     for (const Source& o : e.owners) {
       ForEachOverlap(e.shape, o.region, op.region, [&](const Run& r) {
@@ -210,11 +277,21 @@ Status FlattenedSave(SaveContext& ctx) {
   }
   CKFMT_RETURN_IF_ERROR(comm.AgreeOnStatus(local, "creating " + ctx.path));
 
-  uint64_t max_bytes = 0;
-  for (const Bucket& b : buckets) max_bytes = std::max(max_bytes, b.bytes);
+  // Every rank knows from the plan which buckets hold GPU entries.
+  Communicator* device_comm = ctx.options.device_comm;
+  const Device device = device_comm ? Device{DeviceType::kCUDA, device_comm->device()} : Device{};
+  std::vector<Extents> extents;
+  Extents max_extent;
+  for (const Bucket& b : buckets) {
+    extents.push_back(BucketExtents(ctx.plan, b));
+    max_extent.host = std::max(max_extent.host, extents.back().host);
+    max_extent.device = std::max(max_extent.device, extents.back().device);
+  }
   GatherBuffer buffers[2] = {GatherBuffer(comm), GatherBuffer(comm)};
+  DeviceGatherBuffer device_buffers[2] = {DeviceGatherBuffer(device_comm, device),
+                                          DeviceGatherBuffer(device_comm, device)};
   std::unique_ptr<BucketWriter> bucket_writer;
-  if (ctx.root()) bucket_writer = std::make_unique<BucketWriter>(*writer, ctx.plan);
+  if (ctx.root()) bucket_writer = std::make_unique<BucketWriter>(*writer, ctx.plan, device);
   auto fail = [&](Status s) {
     if (bucket_writer) {
       (void)bucket_writer->Wait();
@@ -226,24 +303,41 @@ Status FlattenedSave(SaveContext& ctx) {
 
   for (size_t k = 0; k < buckets.size(); ++k) {
     const Bucket& bucket = buckets[k];
+    const bool has_device_data = extents[k].device > 0;
     GatherBuffer& buf = buffers[k % 2];
+    DeviceGatherBuffer& dbuf = device_buffers[k % 2];
     local = ctx.Hook("bucket", k);
     if (ctx.root() && local.ok()) local = bucket_writer->Peek();
-    if (ctx.root() && local.ok()) {
-      local = buf.Reserve(max_bytes);
+    if (ctx.root() && local.ok() && extents[k].host > 0) {
+      local = buf.Reserve(max_extent.host);
       ctx.stats.peak_gather_bytes = buffers[0].size() + buffers[1].size();
+    }
+    if (local.ok() && has_device_data && !device_comm) {
+      local = Status::Internal("bucket " + std::to_string(k) + " holds GPU entries without a device communicator");
+    }
+    if (ctx.root() && local.ok() && has_device_data) {
+      local = dbuf.Reserve(max_extent.device);
+      ctx.stats.device_gather_bytes = device_buffers[0].size() + device_buffers[1].size();
     }
     // Everyone is ready (and rank 0's writer has not failed) before data moves.
     if (Status s = comm.AgreeOnStatus(local, "bucket " + std::to_string(k) + " of " + ctx.path);
         !s.ok()) {
       return fail(s);
     }
+    // Host entries over `comm`, GPU entries over the device communicator,
+    // each straight into place in rank 0's buffer of its memory space.
     uint64_t sent = 0;
-    std::vector<ConstSegment> send = SendSegments(ctx, bucket, &sent);
+    std::vector<ConstSegment> send = SendSegments(ctx, bucket, false, &sent);
     std::vector<std::vector<Segment>> recv;
-    if (ctx.root()) recv = RecvSegments(ctx, bucket, buf.data());
+    if (ctx.root()) recv = RecvSegments(ctx, bucket, false, buf.data());
     auto t_gather = Clock::now();
     Status gathered = comm.GatherSegments(send, recv, 0);
+    if (gathered.ok() && has_device_data) {
+      send = SendSegments(ctx, bucket, true, &sent);
+      recv.clear();
+      if (ctx.root()) recv = RecvSegments(ctx, bucket, true, dbuf.data());
+      gathered = device_comm->GatherSegments(send, recv, 0);
+    }
     gather_s += since(t_gather);
     if (!gathered.ok()) return fail(gathered);
     ctx.stats.local_raw_bytes += sent;
@@ -253,7 +347,7 @@ Status FlattenedSave(SaveContext& ctx) {
       auto t_wait = Clock::now();
       Status w = bucket_writer->Wait();
       writer_wait_s += since(t_wait);
-      if (w.ok()) bucket_writer->Submit(&bucket, buf.data());
+      if (w.ok()) bucket_writer->Submit(&bucket, buf.data(), dbuf.data());
     }
   }
 

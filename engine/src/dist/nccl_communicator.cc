@@ -1,5 +1,5 @@
-// The NCCL backend (see nccl_communicator.h). Compiled only with NCCL; it
-// has not been run on a GPU in this repository's CI.
+// The NCCL backend (see nccl_communicator.h). Compiled only with NCCL; CI
+// has no GPU: tests/gpu/nccl_test.cc runs it on one GPU as one rank.
 #include "ckfmt/dist/nccl_communicator.h"
 
 #include <sched.h>
@@ -50,6 +50,7 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
   std::string name() const override { return "nccl"; }
   MemorySpace memory() const override { return MemorySpace::kDevice; }
+  int device() const override { return device_; }
 
   Status Barrier() override {
     int64_t v = 0;
@@ -156,7 +157,7 @@ class NcclCommunicator final : public Communicator {
     for (int r = 0; r < size_; ++r) {
       for (const auto& d : recv[r]) {
         cudaMemcpyAsync(d.data, static_cast<uint8_t*>(scratch_) + off, d.size,
-                        cudaMemcpyDeviceToDevice, stream_);
+                        cudaMemcpyDefault, stream_);
         off += d.size;
       }
     }

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "ckfmt/checksum.h"
+#include "device/device_staging.h"
 #include "wire.h"
 
 namespace ckfmt::dist {
@@ -29,6 +30,18 @@ EntryKind KindOf(const Value& v) {
   return EntryKind::kNone;
 }
 
+// XXH3 of `n` bytes on a GPU, copied to the host piece by piece.
+Result<uint64_t> DeviceChecksum(Device device, const void* data, size_t n) {
+  CKFMT_ASSIGN_OR_RETURN(auto staging, DeviceStaging::For(device));
+  staging->SetBounceSize(4 << 20);
+  ChecksumStream sum;
+  CKFMT_RETURN_IF_ERROR(staging->ForEachHostPiece(device, data, n, [&](const uint8_t* p, size_t len, size_t) {
+    sum.Update(p, len);
+    return Status::OK();
+  }));
+  return sum.Digest();
+}
+
 }  // namespace
 
 uint64_t PlanEntry::ByteSize() const {
@@ -37,7 +50,8 @@ uint64_t PlanEntry::ByteSize() const {
   return n * DTypeSize(dtype);
 }
 
-Result<std::vector<LocalEntry>> DescribeLocalState(const Value& state, int rank, bool checksums) {
+Result<std::vector<LocalEntry>> DescribeLocalState(const Value& state, int rank, bool checksums,
+                                                   int device) {
   if (!state.is_dict()) {
     return Status::InvalidArgument(std::string("the local state must be a dict, got a ") +
                                    ValueKindName(state.kind()));
@@ -55,7 +69,16 @@ Result<std::vector<LocalEntry>> DescribeLocalState(const Value& state, int rank,
     switch (v.kind()) {
       case Value::Kind::kTensor: {
         const Tensor& t = v.as_tensor();
-        if (t.device().type != DeviceType::kCPU) return fail("only host tensors can be saved");
+        const bool on_device = t.device().type != DeviceType::kCPU;
+        if (on_device && device < 0) {
+          return fail("is on " + DeviceName(t.device()) +
+                      ": GPU tensors need DistSaveOptions::device_comm");
+        }
+        if (on_device && t.device().index != device) {
+          return fail("is on " + DeviceName(t.device()) + " but the device communicator is on " +
+                      DeviceName(Device{DeviceType::kCUDA, device}));
+        }
+        e.on_device = on_device;
         if (t.numel() > 0 && !t.data()) return fail("tensor has no data");
         e.sharded = t.shard().has_value();
         e.dtype = t.dtype();
@@ -75,7 +98,10 @@ Result<std::vector<LocalEntry>> DescribeLocalState(const Value& state, int rank,
         e.data = t.data();
         if (checksums && !e.sharded) {
           e.has_checksum = true;
-          e.checksum = Checksum(t.data(), t.nbytes());
+          auto sum = on_device ? DeviceChecksum(t.device(), t.data(), t.nbytes())
+                               : Result<uint64_t>(Checksum(t.data(), t.nbytes()));
+          if (!sum.ok()) return fail("checksum of the replica: " + sum.status().ToString());
+          e.checksum = *sum;
         }
         break;
       }
@@ -121,6 +147,7 @@ std::string EncodeLocalPlan(const std::vector<LocalEntry>& entries) {
     w.Str(e.string_value);
     w.U8(e.has_checksum);
     w.U64(e.checksum);
+    w.U8(e.on_device);
   }
   return std::move(w.str());
 }
@@ -148,6 +175,7 @@ Result<std::vector<LocalEntry>> DecodeLocalPlan(const std::string& bytes, int ra
     e.string_value = r.Str();
     e.has_checksum = r.U8() != 0;
     e.checksum = r.U64();
+    e.on_device = r.U8() != 0;
     if (e.path.empty()) r.Fail();
     if (r.ok() && (e.kind == EntryKind::kTensor || e.kind == EntryKind::kBytes)) {
       auto numel = NumElements(e.shape);
@@ -263,7 +291,7 @@ Result<GlobalPlan> MergePlans(const std::vector<std::vector<LocalEntry>>& per_ra
       }
       if (p.kind == EntryKind::kTensor) {
         p.sharded = p.sharded || e.sharded;
-        p.layout.push_back({static_cast<uint32_t>(r), e.region});
+        p.layout.push_back({static_cast<uint32_t>(r), e.region, e.on_device});
       } else if (p.kind == EntryKind::kBytes) {
         p.layout.push_back({static_cast<uint32_t>(r), e.region});
       }
@@ -281,7 +309,9 @@ Result<GlobalPlan> MergePlans(const std::vector<std::vector<LocalEntry>>& per_ra
     if (!p.HasData()) continue;
     if (!p.sharded || p.kind == EntryKind::kBytes) {
       if (!m.mismatch.empty()) error(p.path, m.mismatch);
-      p.owners = {{p.layout.front().rank, Region::Whole(p.shape)}};
+      const Source& first = p.layout.front();
+      p.owners = {{first.rank, Region::Whole(p.shape), first.on_device}};
+      p.on_device = first.on_device;
       p.layout.clear();
       p.sharded = false;
       continue;
@@ -291,6 +321,18 @@ Result<GlobalPlan> MergePlans(const std::vector<std::vector<LocalEntry>>& per_ra
       bool dup = false;
       for (const Source& o : p.owners) dup = dup || o.region == s.region;
       if (!dup) p.owners.push_back(s);
+    }
+    // One gather per memory space: a tensor's owners all hold it on their
+    // GPUs or all on the host.
+    p.on_device = !p.owners.empty() && p.owners.front().on_device;
+    for (const Source& o : p.owners) {
+      if (o.on_device != p.on_device) {
+        error(p.path, "rank " + std::to_string(p.owners.front().rank) + " holds its shard on " +
+                          (p.on_device ? "a GPU" : "the host") + ", rank " +
+                          std::to_string(o.rank) + " on " + (o.on_device ? "a GPU" : "the host") +
+                          " (a tensor's shards must all be on GPUs or all on the host)");
+        break;
+      }
     }
     EntryRecord probe;
     probe.path = p.path;
@@ -346,6 +388,7 @@ std::string EncodeGlobalPlan(const GlobalPlan& plan) {
     w.U8(e.bool_value);
     w.Str(e.string_value);
     w.U8(e.sharded);
+    w.U8(e.on_device);
     for (const auto* list : {&e.layout, &e.owners}) {
       w.U64(list->size());
       for (const Source& s : *list) {
@@ -373,6 +416,7 @@ Result<GlobalPlan> DecodeGlobalPlan(const std::string& bytes) {
     e.bool_value = r.U8() != 0;
     e.string_value = r.Str();
     e.sharded = r.U8() != 0;
+    e.on_device = r.U8() != 0;
     for (auto* list : {&e.layout, &e.owners}) {
       uint64_t k = r.Count(9);
       for (uint64_t j = 0; j < k && r.ok(); ++j) {

@@ -26,13 +26,15 @@ struct LocalEntry {
   std::string string_value;
   bool has_checksum = false;  // XXH3 of the data (ReplicaCheck::kChecksum)
   uint64_t checksum = 0;
+  bool on_device = false;      // a GPU tensor (data is a device pointer)
   const void* data = nullptr;  // local only, never sent
 };
 
 // Describes `state` (a dict) in pre-order, checking that every tensor is a
-// usable host tensor. `rank` names this rank in messages.
-Result<std::vector<LocalEntry>> DescribeLocalState(const Value& state, int rank,
-                                                   bool checksums);
+// usable host tensor, or a tensor on CUDA device `device` when that is >= 0
+// (the device communicator's). `rank` names this rank in messages.
+Result<std::vector<LocalEntry>> DescribeLocalState(const Value& state, int rank, bool checksums,
+                                                   int device = -1);
 
 std::string EncodeLocalPlan(const std::vector<LocalEntry>& entries);
 Result<std::vector<LocalEntry>> DecodeLocalPlan(const std::string& bytes, int rank);
@@ -40,6 +42,7 @@ Result<std::vector<LocalEntry>> DecodeLocalPlan(const std::string& bytes, int ra
 struct Source {
   uint32_t rank = 0;
   Region region;
+  bool on_device = false;  // that rank holds it on its GPU (merging only)
 };
 
 struct PlanEntry {
@@ -55,6 +58,7 @@ struct PlanEntry {
   bool sharded = false;
   std::vector<Source> layout;  // sharded: every holding rank's region, by rank
   std::vector<Source> owners;  // data entries: disjoint, covering the tensor once
+  bool on_device = false;      // the owners hold it on their GPUs (all or none)
 
   bool HasData() const { return kind == EntryKind::kTensor || kind == EntryKind::kBytes; }
   uint64_t ElementSize() const { return DTypeSize(dtype); }

@@ -63,6 +63,9 @@ class Communicator {
   // "single", "mpi", "nccl".
   virtual std::string name() const = 0;
   virtual MemorySpace memory() const { return MemorySpace::kHost; }
+  // Device communicators: the CUDA device their buffers live on; -1 for
+  // host communicators.
+  virtual int device() const { return -1; }
 
   std::chrono::milliseconds timeout() const { return options_.timeout; }
   void set_timeout(std::chrono::milliseconds t) { options_.timeout = t; }

@@ -68,6 +68,15 @@ struct DistSaveOptions {
   // than a bucket is gathered whole.
   uint64_t memory_budget = 512ull << 20;
   ReplicaCheck replica_check = ReplicaCheck::kMetadata;
+  // GPU tensors in `local_state` (kFlattened only): a device communicator
+  // (MakeNcclCommunicator) over the same ranks in the same order as the
+  // host `comm`, on the CUDA device that holds this rank's GPU tensors.
+  // Their data is gathered over it to rank 0 into device buffers (two
+  // buckets; the communicator adds scratch of one bucket on every rank) and
+  // goes from there device -> pinned staging slot -> disk. Agreement,
+  // plans, host tensors and byte blobs stay on `comm`. Either every rank
+  // passes one or none does. nullptr: GPU tensors are refused.
+  Communicator* device_comm = nullptr;
   // Testing only: called on every rank at named points ("plan", "bucket"
   // with the bucket number, "data", "commit"); a non-OK result is that
   // rank's failure at that point. A hook may also kill or stall the process.
@@ -82,15 +91,17 @@ struct DistSaveStats {
   uint64_t local_raw_bytes = 0;    // bytes this rank contributed (sent or wrote)
   uint64_t buckets = 0;            // kFlattened: number of buckets
   uint64_t bucket_bytes = 0;       // kFlattened: capacity of one bucket
-  uint64_t peak_gather_bytes = 0;  // kFlattened, rank 0: gather buffers held
+  uint64_t peak_gather_bytes = 0;  // kFlattened, rank 0: host gather buffers held
+  uint64_t device_gather_bytes = 0;  // kFlattened, rank 0: device gather buffers held
   double seconds = 0;              // wall time of the call on this rank
   std::string io_path;             // how this rank wrote (empty if it wrote nothing)
 };
 
 // Saves the union of every rank's `local_state` to `path`. Collective.
-// REQUIRES: a host communicator; `local_state` a dict of host tensors; all
-// ranks pass the same path and options (rank 0's are used where they
-// differ). Returns the same status on every rank that survives.
+// REQUIRES: a host communicator; `local_state` a dict of host tensors, and
+// of GPU tensors where options.device_comm is given; all ranks pass the
+// same path and options (rank 0's are used where they differ). Returns the
+// same status on every rank that survives.
 Result<DistSaveStats> DistSave(Communicator& comm, const std::string& path,
                                const Value& local_state, const DistSaveOptions& options = {});
 

@@ -7,10 +7,11 @@
 // Send and Recv are device pointers on the communicator's device.
 // AllReduce and AgreeOnStatus take host values and stage them through a
 // small device buffer. Gathers of several segments are staged through a
-// device scratch buffer of the stream's size.
+// device scratch buffer of the stream's size; receive segments may also
+// be pinned host memory (the scatter copies out of the scratch).
 //
-// Available when ckfmt is built with NCCL (CKFMT_HAVE_NCCL). It cannot be
-// exercised on machines without a GPU.
+// Available when ckfmt is built with NCCL (CKFMT_HAVE_NCCL). NCCL refuses
+// two ranks on one GPU: tests/gpu/nccl_test.cc runs it as one rank.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,0 +1,173 @@
+// The distributed save of GPU tensors (DistSaveOptions::device_comm) in
+// one process, on the simulated device: GPU entries gathered over the
+// device communicator into device buffers on rank 0 and written through
+// the writer's device path, host entries beside them, and the refusals.
+// tests/dist/dist_mpi_test.cc runs the same across ranks; tests/gpu/
+// nccl_test.cc on a real GPU with NCCL.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "ckfmt/dist/dist_save.h"
+#include "ckfmt/dist/sharded_state.h"
+#include "ckfmt/reader.h"
+#include "ckfmt/verify.h"
+#include "dist_test_util.h"
+#include "gpu/device_test_util.h"
+#include "sim_device_comm.h"
+
+namespace {
+
+using namespace ckfmt;
+using namespace ckfmt::dist;
+using namespace ckfmt_dist_test;
+namespace fs = std::filesystem;
+
+// Step counters (0-d tensors) stay on the host, as torch keeps them.
+bool IsCounter(const Tensor& t) { return t.shape().empty(); }
+
+class DistDeviceSave : public ckfmt_test::SimulatedDeviceTest {
+ protected:
+  void SetUp() override {
+    SimulatedDeviceTest::SetUp();
+    std::string tmpl = ::testing::TempDir() + "ckfmt_dist_device_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    fs::remove_all(dir_);
+    SimulatedDeviceTest::TearDown();
+  }
+  std::string File(const std::string& n) const { return dir_ + "/" + n; }
+
+  static DistSaveOptions Small(Communicator* device_comm) {
+    DistSaveOptions o;
+    o.memory_budget = 512;  // many buckets; tensors above 256 bytes are sliced
+    o.save.chunk_size = 128;
+    o.save.fsync = false;
+    o.device_comm = device_comm;
+    return o;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(DistDeviceSave, GpuAndHostEntriesRoundTripBitwise) {
+  for (LayoutKind kind : {LayoutKind::kFsdp1, LayoutKind::kFsdp2}) {
+    SCOPED_TRACE(LayoutName(kind));
+    Value full = MakeFullState(3);
+    auto host = ShardStateDict(full, MakeLayout(kind, full, 1, 0));
+    ASSERT_TRUE(host.ok()) << host.status().ToString();
+    Value local = ckfmt_test::ToDevice(ops(), *host, 1, IsCounter);
+    ASSERT_GT(ckfmt_test::CountDeviceTensors(local), 10u);
+
+    SingleCommunicator comm;
+    SimulatedDeviceComm device_comm(comm, ops(), 1);
+    const std::string path = File(LayoutName(kind));
+    auto stats = DistSave(comm, path, local, Small(&device_comm));
+    ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+    EXPECT_GT(stats->buckets, 5u);
+    EXPECT_GT(stats->device_gather_bytes, 0u);
+    EXPECT_LE(stats->device_gather_bytes, 512u);
+    // Every byte of every GPU tensor went over the device communicator.
+    uint64_t device_bytes = 0;
+    VisitValues(local, [&](const KeyPath&, const Value& v) {
+      if (v.is_tensor() && v.as_tensor().device().type == DeviceType::kCUDA) {
+        device_bytes += v.as_tensor().nbytes();
+      }
+    });
+    EXPECT_EQ(device_comm.gathered_bytes(), device_bytes);
+
+    auto verified = VerifyFile(path);
+    ASSERT_TRUE(verified.ok());
+    EXPECT_TRUE(verified->ok());
+    auto reader = CheckpointReader::Open(path);
+    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+    Value loaded{Dict{}};
+    ASSERT_TRUE((*reader)->Load(&loaded).ok());
+    EXPECT_TRUE(MatchesFull(loaded, full, true));
+  }
+}
+
+TEST_F(DistDeviceSave, ReplicaChecksumsReadGpuTensors) {
+  Value full = MakeFullState(4);
+  Value local = ckfmt_test::ToDevice(ops(), full, 0, IsCounter);
+  SingleCommunicator comm;
+  SimulatedDeviceComm device_comm(comm, ops(), 0);
+  DistSaveOptions o = Small(&device_comm);
+  o.replica_check = ReplicaCheck::kChecksum;
+  auto stats = DistSave(comm, File("ck"), local, o);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  auto reader = CheckpointReader::Open(File("ck"));
+  ASSERT_TRUE(reader.ok());
+  Value loaded{Dict{}};
+  ASSERT_TRUE((*reader)->Load(&loaded).ok());
+  EXPECT_TRUE(MatchesFull(loaded, full, true));
+}
+
+TEST_F(DistDeviceSave, GpuTensorsWithoutADeviceCommunicatorAreRefused) {
+  Value local = ckfmt_test::ToDevice(ops(), MakeFullState(5), 0, IsCounter);
+  SingleCommunicator comm;
+  auto stats = DistSave(comm, File("ck"), local, Small(nullptr));
+  ASSERT_EQ(stats.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(stats.status().message().find("model/embed.weight"), std::string::npos)
+      << stats.status().ToString();
+  EXPECT_NE(stats.status().message().find("device_comm"), std::string::npos);
+  EXPECT_FALSE(fs::exists(File("ck")));
+  EXPECT_TRUE(fs::is_empty(dir_));
+}
+
+TEST_F(DistDeviceSave, TensorsOnAnotherDeviceAreRefused) {
+  Value local = ckfmt_test::ToDevice(ops(), MakeFullState(6), 1, IsCounter);
+  SingleCommunicator comm;
+  SimulatedDeviceComm device_comm(comm, ops(), 0);
+  auto stats = DistSave(comm, File("ck"), local, Small(&device_comm));
+  ASSERT_EQ(stats.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(stats.status().message().find("is on cuda:1 but the device communicator is on cuda:0"),
+            std::string::npos)
+      << stats.status().ToString();
+  EXPECT_TRUE(fs::is_empty(dir_));
+}
+
+TEST_F(DistDeviceSave, TheParallelModeRefusesADeviceCommunicator) {
+  Value local = ckfmt_test::ToDevice(ops(), MakeFullState(7), 0, IsCounter);
+  SingleCommunicator comm;
+  SimulatedDeviceComm device_comm(comm, ops(), 0);
+  DistSaveOptions o = Small(&device_comm);
+  o.mode = SaveMode::kParallel;
+  auto stats = DistSave(comm, File("ck"), local, o);
+  ASSERT_EQ(stats.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(stats.status().message().find("flattened mode only"), std::string::npos)
+      << stats.status().ToString();
+  EXPECT_TRUE(fs::is_empty(dir_));
+}
+
+TEST_F(DistDeviceSave, AHostCommunicatorIsNotADeviceCommunicator) {
+  Value local = MakeFullState(8);
+  SingleCommunicator comm, other;
+  auto stats = DistSave(comm, File("ck"), local, Small(&other));
+  ASSERT_EQ(stats.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(stats.status().message().find("must be a device communicator, got single"),
+            std::string::npos)
+      << stats.status().ToString();
+}
+
+TEST_F(DistDeviceSave, AFailedDeviceCopyLeavesNoFile) {
+  Value local = ckfmt_test::ToDevice(ops(), MakeFullState(9), 0, IsCounter);
+  SingleCommunicator comm;
+  SimulatedDeviceComm device_comm(comm, ops(), 0);
+  ASSERT_TRUE(DistSave(comm, File("ck"), local, Small(&device_comm)).ok());
+  const auto before = fs::file_size(File("ck"));
+  ops().FailCopiesFrom(ops().copies() + 3);  // the writer's device -> staging copies
+  auto stats = DistSave(comm, File("ck"), local, Small(&device_comm));
+  ops().FailCopiesFrom(0);
+  ASSERT_FALSE(stats.ok());
+  EXPECT_EQ(fs::file_size(File("ck")), before);  // the older checkpoint is intact
+  EXPECT_EQ(ListDir(dir_), std::vector<std::string>{"ck"});
+  auto verified = VerifyFile(File("ck"));
+  ASSERT_TRUE(verified.ok());
+  EXPECT_TRUE(verified->ok());
+}
+
+}  // namespace
