@@ -6,7 +6,11 @@
 //     tensors (page cache dropped), each as a fraction of the bound
 //     min(copy bandwidth, raw disk bandwidth);
 //   - the time an AsyncSaver::SaveAsync() of the GPU state blocks the
-//     caller, against the pure device->host copy time of the same bytes.
+//     caller, against the pure device->host copy time of the same bytes;
+//   - with NCCL: the flattened DistSave of the same GPU state through a
+//     one-rank NCCL communicator (gathered into device buffers, written
+//     device -> pinned staging slot -> disk), against the same bound.
+// Medians over the runs, with min-max.
 // Exits 0 with a "no GPU" line when no CUDA device is present.
 //
 //   ckfmt-bench-gpu [--dir DIR] [--size-mib N] [--runs R] [--device D]
@@ -28,6 +32,11 @@
 #include "ckfmt/writer.h"
 #include "measure.h"
 
+#ifdef CKFMT_HAVE_NCCL
+#include "ckfmt/dist/dist_save.h"
+#include "ckfmt/dist/nccl_communicator.h"
+#endif
+
 namespace {
 
 using ckfmt::bench::DropCache;
@@ -38,6 +47,22 @@ double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 double Median(const std::vector<double>& v) { return ckfmt::bench::Series::MedianOf(v); }
+// "1.87 (1.80-1.90)": median and range.
+std::string Spread(const std::vector<double>& v) {
+  char buf[64];
+  auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  std::snprintf(buf, sizeof buf, "%.2f (%.2f-%.2f)", Median(v), *lo, *hi);
+  return buf;
+}
+std::string Rate(const std::vector<double>& v) { return Spread(v) + " GiB/s"; }
+// Each run's throughput over that run's bound min(copy, raw disk): the
+// disk drifts between runs, so pairs are steadier than medians' ratios.
+std::vector<double> Paired(const std::vector<double>& v, const std::vector<double>& raw,
+                           double copy) {
+  std::vector<double> out;
+  for (size_t i = 0; i < v.size(); ++i) out.push_back(v[i] / std::min(copy, raw[i]));
+  return out;
+}
 using ckfmt::bench::kGiB;
 
 void Check(cudaError_t e, const char* what) {
@@ -138,8 +163,13 @@ int main(int argc, char** argv) {
 
   const std::string raw_path = dir + "/gpu_bench.raw";
   const std::string path = dir + "/gpu_bench.ckfmt";
-  std::vector<double> raw_w, raw_r, save, load, blocked, blocked_ratio;
+  std::vector<double> raw_w, raw_r, save, load, blocked, blocked_ratio, dist_save;
   RawIo rawio;
+#ifdef CKFMT_HAVE_NCCL
+  ckfmt::dist::SingleCommunicator bootstrap;
+  auto nccl = ckfmt::dist::MakeNcclCommunicator(bootstrap, device);
+  Check(nccl.status(), "MakeNcclCommunicator");
+#endif
   const double d2h_s = bytes / kGiB / Median(d2h);
   for (int r = 0; r < runs; ++r) {
     raw_w.push_back(bytes / kGiB / ckfmt::bench::RawTransfer(raw_path, bytes, true, rawio));
@@ -157,6 +187,15 @@ int main(int argc, char** argv) {
     auto report = ckfmt::Load(path, &back);
     Check(report.status(), "Load");
     load.push_back(bytes / kGiB / Since(t));
+
+#ifdef CKFMT_HAVE_NCCL
+    ::unlink(path.c_str());
+    ckfmt::dist::DistSaveOptions dist_options;
+    dist_options.device_comm = nccl->get();
+    t = Clock::now();
+    Check(ckfmt::dist::DistSave(bootstrap, path, state, dist_options).status(), "DistSave");
+    dist_save.push_back(bytes / kGiB / Since(t));
+#endif
 
     ckfmt::AsyncSaver saver;
     for (int k = 0; k < 2; ++k) {  // the second save reuses the pinned arena
@@ -185,12 +224,20 @@ int main(int argc, char** argv) {
   const double bound_save = std::min(Median(d2h), Median(raw_w));
   const double bound_load = std::min(Median(h2d), Median(raw_r));
   std::printf("pinned copy  D2H %.2f GiB/s  H2D %.2f GiB/s\n", Median(d2h), Median(h2d));
-  std::printf("raw disk     write %.2f GiB/s (to fsync)  read %.2f GiB/s\n", Median(raw_w),
-              Median(raw_r));
-  std::printf("save GPU->file %.2f GiB/s = %.2f of min(D2H, raw write)\n", Median(save),
-              Median(save) / bound_save);
-  std::printf("load file->GPU %.2f GiB/s = %.2f of min(H2D, raw read)\n", Median(load),
-              Median(load) / bound_load);
+  std::printf("raw disk     write %s (to fsync)  read %s\n", Rate(raw_w).c_str(),
+              Rate(raw_r).c_str());
+  std::printf("save GPU->file %s = %.2f of min(D2H, raw write); paired %s\n",
+              Rate(save).c_str(), Median(save) / bound_save,
+              Spread(Paired(save, raw_w, Median(d2h))).c_str());
+  std::printf("load file->GPU %s = %.2f of min(H2D, raw read); paired %s\n",
+              Rate(load).c_str(), Median(load) / bound_load,
+              Spread(Paired(load, raw_r, Median(h2d))).c_str());
+  if (!dist_save.empty()) {
+    std::printf("DistSave GPU->file over NCCL (1 rank, flattened) %s = %.2f of min(D2H, raw "
+                "write); paired %s\n",
+                Rate(dist_save).c_str(), Median(dist_save) / bound_save,
+                Spread(Paired(dist_save, raw_w, Median(d2h))).c_str());
+  }
   std::printf("async save blocked %.3f s = %.2fx the pure D2H copy time (%.3f s)\n",
               Median(blocked), Median(blocked_ratio), d2h_s);
   return 0;

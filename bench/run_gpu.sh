@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # On a machine with a CUDA GPU: the CUDA tests, under compute-sanitizer's
-# memcheck, synccheck and initcheck where it is installed, then three runs
-# of ckfmt-bench-gpu (pinned copy bandwidth, raw disk, GPU -> file save and
-# file -> GPU load as fractions of min(copy, disk), async-save blocked
-# time). The README's GPU table comes from it.
+# memcheck, synccheck and initcheck where it is installed; in a build with
+# NCCL, the one-rank NCCL tests, also under memcheck (without API-error
+# reports: NCCL's own start-up probes kernel images and reports errors it
+# handles); then three runs of ckfmt-bench-gpu (pinned copy bandwidth, raw
+# disk, GPU -> file save and file -> GPU load as fractions of min(copy,
+# disk), the NCCL DistSave, async-save blocked time). The README's GPU
+# table comes from it.
 #
 #   bench/run_gpu.sh [--dir DIR] [--size-mib 4096] [--runs 5]
 #
@@ -21,8 +24,13 @@ for f in "$tests" "$bench"; do
   [ -x "$f" ] || { echo "run_gpu: $f is missing: build with the CUDA toolkit first"; exit 1; }
 done
 
+nccl_tests="$BUILD_DIR/tests/gpu/ckfmt_gpu_nccl_tests"
 echo "== CUDA tests"
 "$tests"
+if [ -x "$nccl_tests" ]; then
+  echo "== NCCL tests (one rank)"
+  "$nccl_tests"
+fi
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "run_gpu: no GPU here (nvidia-smi -L fails): nothing measured"
   exit 0
@@ -33,6 +41,10 @@ if [ -n "$sanitizer" ]; then
     echo "== CUDA tests under compute-sanitizer --tool $tool"
     "$sanitizer" --tool "$tool" --error-exitcode 9 "$tests" --gtest_brief=1
   done
+  if [ -x "$nccl_tests" ]; then
+    echo "== NCCL tests under compute-sanitizer --tool memcheck"
+    "$sanitizer" --tool memcheck --report-api-errors no --error-exitcode 9 "$nccl_tests" --gtest_brief=1
+  fi
 else
   echo "== no compute-sanitizer here: skipped"
 fi

@@ -1,0 +1,230 @@
+// The NCCL communicator on one GPU, as one rank: creation through a host
+// bootstrap, every collective on device buffers, the host-value operations
+// (AllReduce, AgreeOnStatus), and the flattened DistSave of GPU tensors
+// through it. NCCL refuses two ranks on one GPU, so gathers between ranks
+// need a machine with several GPUs (tests/dist runs them across MPI ranks
+// on the simulated device); with one rank these check the backend's own
+// work (packing, scatter, polling, host staging) and the save's use of
+// it. Skips, saying why, without a GPU.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "ckfmt/cuda.h"
+#include "ckfmt/dist/dist_save.h"
+#include "ckfmt/dist/nccl_communicator.h"
+#include "ckfmt/dist/sharded_state.h"
+#include "ckfmt/reader.h"
+#include "ckfmt/verify.h"
+#include "dist_test_util.h"
+#include "gpu/device_test_util.h"
+
+namespace {
+
+using namespace ckfmt;
+using namespace ckfmt::dist;
+
+std::string NoGpuReason() {
+  auto n = CudaDeviceCount();
+  if (!n.ok()) return n.status().ToString();
+  if (*n == 0) return "no CUDA device is present";
+  return "";
+}
+
+// Device memory holding `bytes`, freed at scope end.
+struct DeviceBuffer {
+  explicit DeviceBuffer(size_t bytes) : size(bytes) {
+    EXPECT_EQ(cudaMalloc(&data, bytes), cudaSuccess);
+  }
+  ~DeviceBuffer() { cudaFree(data); }
+  void Upload(const std::vector<uint8_t>& v) {
+    ASSERT_EQ(cudaMemcpy(data, v.data(), v.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  std::vector<uint8_t> Download() const {
+    std::vector<uint8_t> v(size);
+    EXPECT_EQ(cudaMemcpy(v.data(), data, size, cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+  }
+  uint8_t* at(size_t off) { return static_cast<uint8_t*>(data) + off; }
+  void* data = nullptr;
+  size_t size;
+};
+
+std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = uint8_t(seed + i * 7 + (i >> 9));
+  return v;
+}
+
+class NcclOneRankTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why = NoGpuReason();
+    if (!why.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << why;
+    auto comm = MakeNcclCommunicator(bootstrap_, 0);
+    ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+    comm_ = std::move(*comm);
+  }
+  SingleCommunicator bootstrap_;
+  std::unique_ptr<Communicator> comm_;
+};
+
+TEST_F(NcclOneRankTest, DescribesItself) {
+  EXPECT_EQ(comm_->name(), "nccl");
+  EXPECT_EQ(comm_->rank(), 0);
+  EXPECT_EQ(comm_->size(), 1);
+  EXPECT_EQ(comm_->memory(), MemorySpace::kDevice);
+}
+
+TEST_F(NcclOneRankTest, CollectivesCopyDeviceBytes) {
+  const size_t n = (3 << 20) + 5;
+  auto src = Pattern(n, 1);
+  DeviceBuffer send(n), recv(n);
+  send.Upload(src);
+
+  ASSERT_TRUE(comm_->Broadcast(send.data, n, 0).ok());
+  EXPECT_EQ(send.Download(), src);
+  ASSERT_TRUE(comm_->AllGather(send.data, n, recv.data).ok());
+  EXPECT_EQ(recv.Download(), src);
+  recv.Upload(std::vector<uint8_t>(n, 0));
+  ASSERT_TRUE(comm_->AllGatherV(send.data, n, recv.data, {n}).ok());
+  EXPECT_EQ(recv.Download(), src);
+  recv.Upload(std::vector<uint8_t>(n, 0));
+  ASSERT_TRUE(comm_->GatherV(send.data, n, recv.data, {n}, 0).ok());
+  EXPECT_EQ(recv.Download(), src);
+  ASSERT_TRUE(comm_->Barrier().ok());
+}
+
+TEST_F(NcclOneRankTest, GatherSegmentsScattersTheStreamInOrder) {
+  // Three send runs (out of order in memory) into two receive runs.
+  auto src = Pattern(10000, 3);
+  DeviceBuffer send(10000), recv(9000);
+  send.Upload(src);
+  std::vector<ConstSegment> runs = {
+      {send.at(6000), 4000}, {send.at(0), 1000}, {send.at(2000), 4000}};
+  std::vector<std::vector<Segment>> into = {{{recv.at(5000), 4000}, {recv.at(0), 5000}}};
+  ASSERT_TRUE(comm_->GatherSegments(runs, into, 0).ok());
+
+  std::vector<uint8_t> stream;
+  for (auto [off, len] : {std::pair{6000, 4000}, {0, 1000}, {2000, 4000}}) {
+    stream.insert(stream.end(), src.begin() + off, src.begin() + off + len);
+  }
+  std::vector<uint8_t> want(9000);
+  std::memcpy(want.data() + 5000, stream.data(), 4000);
+  std::memcpy(want.data(), stream.data() + 4000, 5000);
+  EXPECT_EQ(recv.Download(), want);
+}
+
+TEST_F(NcclOneRankTest, GatherSegmentsIntoPinnedHostMemory) {
+  // The flattened save's destination: pinned host buffers bound for the
+  // staging ring. One rank copies through device scratch into them.
+  auto src = Pattern(1 << 20, 9);
+  DeviceBuffer send(src.size());
+  send.Upload(src);
+  void* pinned = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&pinned, src.size(), cudaHostAllocDefault), cudaSuccess);
+  std::vector<std::vector<Segment>> into = {{{pinned, src.size()}}};
+  ASSERT_TRUE(comm_->GatherSegments({{send.data, src.size()}}, into, 0).ok());
+  EXPECT_EQ(std::memcmp(pinned, src.data(), src.size()), 0);
+  cudaFreeHost(pinned);
+}
+
+TEST_F(NcclOneRankTest, HostValueOperations) {
+  int64_t v[3] = {5, -2, 0x0f};
+  ASSERT_TRUE(comm_->AllReduce(v, 3, ReduceOp::kSum).ok());
+  EXPECT_EQ(v[0], 5);
+  EXPECT_EQ(v[1], -2);
+  ASSERT_TRUE(comm_->AllReduce(v, 3, ReduceOp::kBitAnd).ok());
+  EXPECT_EQ(v[2], 0x0f);
+
+  EXPECT_TRUE(comm_->AgreeOnStatus(Status::OK(), "a step").ok());
+  Status s = comm_->AgreeOnStatus(Status::IOError("disk gone"), "writing");
+  EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
+  EXPECT_NE(s.message().find("disk gone"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(comm_->broken());  // a reported failure is not a broken transport
+}
+
+TEST_F(NcclOneRankTest, RefusesMismatchedCounts) {
+  DeviceBuffer b(16);
+  EXPECT_EQ(comm_->AllGatherV(b.data, 16, b.data, {8}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(comm_->GatherV(b.data, 16, b.data, {16, 16}, 0).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_FALSE(comm_->broken());
+}
+
+// `v` with every tensor of more than one element copied to cuda:0.
+Value ToGpu(const Value& v) {
+  return ckfmt_test::MapTensors(v, [](const Tensor& t) {
+    if (t.shape().empty()) return t;  // counters stay on the host
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(t.nbytes(), 1)), cudaSuccess);
+    if (t.nbytes()) {
+      EXPECT_EQ(cudaMemcpy(p, t.data(), t.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+    }
+    std::shared_ptr<void> owner(p, [](void* q) { cudaFree(q); });
+    Tensor d = Tensor::Owning(t.dtype(), t.shape(), p, std::move(owner),
+                              Device{DeviceType::kCUDA, 0});
+    if (t.shard()) d.SetShard(*t.shard());
+    return d;
+  });
+}
+
+TEST_F(NcclOneRankTest, FlattenedDistSaveOfGpuShards) {
+  using namespace ckfmt_dist_test;
+  std::string dir = ::testing::TempDir() + "ckfmt_nccl_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  for (LayoutKind kind : {LayoutKind::kFsdp1, LayoutKind::kFsdp2}) {
+    SCOPED_TRACE(LayoutName(kind));
+    Value full = MakeFullState(31);
+    auto host = ShardStateDict(full, MakeLayout(kind, full, 1, 0));
+    ASSERT_TRUE(host.ok());
+    Value local = ToGpu(*host);
+    DistSaveOptions o;
+    o.memory_budget = 4096;  // many buckets, large tensors sliced
+    o.save.chunk_size = 1024;
+    o.save.fsync = false;
+    o.device_comm = comm_.get();
+    const std::string path = dir + "/" + LayoutName(kind);
+    auto stats = DistSave(bootstrap_, path, local, o);
+    ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+    EXPECT_GT(stats->buckets, 5u);
+    EXPECT_GT(stats->device_gather_bytes, 0u);
+    auto verified = VerifyFile(path);
+    ASSERT_TRUE(verified.ok());
+    EXPECT_TRUE(verified->ok());
+    Value loaded{Dict{}};
+    ASSERT_TRUE(Load(path, &loaded).ok());
+    EXPECT_TRUE(MatchesFull(loaded, full, true));
+    std::remove(path.c_str());
+  }
+  ::rmdir(dir.c_str());
+}
+
+TEST(NcclSetupTest, RefusesADeviceBootstrap) {
+  std::string why = NoGpuReason();
+  if (!why.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << why;
+  SingleCommunicator host;
+  auto nccl = MakeNcclCommunicator(host, 0);
+  ASSERT_TRUE(nccl.ok()) << nccl.status().ToString();
+  auto nested = MakeNcclCommunicator(**nccl, 0);
+  EXPECT_EQ(nested.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(NcclSetupTest, ABadDeviceFailsClearly) {
+  std::string why = NoGpuReason();
+  if (!why.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << why;
+  SingleCommunicator host;
+  auto nccl = MakeNcclCommunicator(host, 1000);
+  ASSERT_FALSE(nccl.ok());
+  EXPECT_NE(nccl.status().message().find("cudaSetDevice(1000)"), std::string::npos)
+      << nccl.status().ToString();
+}
+
+}  // namespace
