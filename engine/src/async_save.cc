@@ -12,6 +12,7 @@
 #include "ckfmt/commit.h"
 #include "ckfmt/log.h"
 #include "device/device_ops.h"
+#include "save_entries.h"
 #include "io/file.h"
 #include "thread_pool.h"
 
@@ -44,12 +45,22 @@ class AsyncSaver::Impl {
       reported_ = true;
       return previous.status().WithContext("previous background save failed");
     }
-    CKFMT_ASSIGN_OR_RETURN(Value snapshot, Snapshot(sd, path));
+    CKFMT_ASSIGN_OR_RETURN(Plan plan, PlanSnapshot(sd, path));
+    // Past the snapshot budget: the leading entries go to disk from the
+    // caller's tensors now, so that what is left fits the snapshot.
+    std::unique_ptr<CheckpointWriter> writer;
+    if (plan.first_visit > 0) {
+      CKFMT_ASSIGN_OR_RETURN(writer, BeginSave(path, sd, options));
+      CKFMT_RETURN_IF_ERROR(AddEntries(*writer, path, sd, 0, plan.first_visit));
+      CKFMT_RETURN_IF_ERROR(writer->Flush());
+    }
+    CKFMT_ASSIGN_OR_RETURN(Value snapshot, Snapshot(sd, path, plan));
     in_flight_path_ = path;
     running_ = true;
     reported_ = false;
-    worker_ = std::thread([this, path, options, snap = std::move(snapshot)]() mutable {
-      Result<WriteStats> r = Save(path, snap, options);
+    worker_ = std::thread([this, path, options, snap = std::move(snapshot), w = std::move(writer),
+                           first = plan.first_visit]() mutable {
+      Result<WriteStats> r = w ? Finish(*w, path, snap, first) : Save(path, snap, options);
       std::lock_guard<std::mutex> lock(mu_);
       result_ = std::move(r);
       running_ = false;
@@ -86,34 +97,69 @@ class AsyncSaver::Impl {
     const Tensor* src;
     uint64_t offset;
     KeyPath key;
+    size_t visit;  // VisitValues' number of the tensor
+    DeviceOps* ops;  // nullptr for host tensors
   };
-  // Where each tensor goes in the arena, and the device whose copies need
-  // it pinned (nullptr: host tensors only).
+  // The values VisitValues numbers from first_visit on are snapshotted:
+  // where each of their tensors goes in the arena, and the device whose
+  // copies need it pinned (nullptr: host tensors only). Those before are
+  // written from the caller's state before SaveAsync returns.
   struct Plan {
     std::vector<Item> items;
     uint64_t total = 0;
     DeviceOps* ops = nullptr;
+    size_t first_visit = 0;
   };
 
+  static uint64_t ArenaBytes(const Tensor& t) { return (t.nbytes() + 63) / 64 * 64; }
+
+  // The trailing tensors that fit opts_.snapshot_bytes (all without one).
   Result<Plan> PlanSnapshot(const Value& sd, const std::string& path) {
-    Plan plan;
+    std::vector<Item> all;
+    size_t visits = 0;
     Status bad;
     VisitValues(sd, [&](const KeyPath& p, const Value& v) {
+      const size_t visit = visits++;
       if (!v.is_tensor() || !bad.ok()) return;
       const Tensor& t = v.as_tensor();
+      DeviceOps* ops = nullptr;
       if (t.device().type != DeviceType::kCPU) {
         auto o = DeviceOpsFor(t.device());
         if (!o.ok()) {
           bad = o.status().WithContext(path + ": " + FormatKeyPath(p));
           return;
         }
-        plan.ops = *o;
+        ops = *o;
       }
-      plan.items.push_back({&t, plan.total, p});
-      plan.total += (t.nbytes() + 63) / 64 * 64;
+      all.push_back({&t, 0, p, visit, ops});
     });
     CKFMT_RETURN_IF_ERROR(bad);
+    size_t first = 0;  // the first snapshotted tensor
+    if (const uint64_t budget = opts_.snapshot_bytes; budget > 0) {
+      uint64_t fits = 0;
+      first = all.size();
+      while (first > 0 && fits + ArenaBytes(*all[first - 1].src) <= budget) {
+        fits += ArenaBytes(*all[--first].src);
+      }
+    }
+    Plan plan;
+    if (first > 0) plan.first_visit = first < all.size() ? all[first].visit : visits;
+    for (size_t i = first; i < all.size(); ++i) {
+      Item it = all[i];
+      it.offset = plan.total;
+      plan.total += ArenaBytes(*it.src);
+      if (it.ops) plan.ops = it.ops;
+      plan.items.push_back(std::move(it));
+    }
     return plan;
+  }
+
+  // The background half of a save that began in the caller's thread.
+  static Result<WriteStats> Finish(CheckpointWriter& w, const std::string& path,
+                                   const Value& snapshot, size_t first_visit) {
+    CKFMT_RETURN_IF_ERROR(AddEntries(w, path, snapshot, first_visit));
+    CKFMT_RETURN_IF_ERROR(w.Commit());
+    return w.stats();
   }
 
   // Grows the arena to the plan's size (fresh memory is faulted in here)
@@ -145,8 +191,7 @@ class AsyncSaver::Impl {
   // Device tensors are copied device -> arena (pinned while it holds
   // device data) on a stream per device, while the host tensors are copied
   // on the pool; both are complete when this returns.
-  Result<Value> Snapshot(const Value& sd, const std::string& path) {
-    CKFMT_ASSIGN_OR_RETURN(Plan plan, PlanSnapshot(sd, path));
+  Result<Value> Snapshot(const Value& sd, const std::string& path, const Plan& plan) {
     CKFMT_RETURN_IF_ERROR(ReadyArena(plan, path));
     const std::vector<Item>& items = plan.items;
     DeviceOps* ops = plan.ops;
@@ -188,8 +233,12 @@ class AsyncSaver::Impl {
       CopyUncached(d, s, n);  // the arena is read by the background write
     });
     if (Status s = WaitAll(fences); !s.ok()) return s.WithContext(path);
-    size_t next = 0;
-    return Rebuild(sd, items, next);
+    size_t next = 0, visit = 0;
+    Dict root;
+    for (size_t i = 0; i < sd.as_dict().size(); ++i) {
+      root.Set(sd.as_dict().key(i), Rebuild(sd.as_dict().value(i), plan, next, visit));
+    }
+    return Value(std::move(root));
   }
 
   // Waits for every fence; the first failure names its tensor.
@@ -206,29 +255,34 @@ class AsyncSaver::Impl {
     return first;
   }
 
-  template <typename Items>
-  Value Rebuild(const Value& v, const Items& items, size_t& next) {
+  // `v` (number `visit` in pre-order) with its tensors as views of the
+  // arena. Leaves written before the snapshot become None: the background
+  // write skips them, and VisitValues numbers the snapshot as the state.
+  Value Rebuild(const Value& v, const Plan& plan, size_t& next, size_t& visit) {
+    const bool written = visit++ < plan.first_visit;
     switch (v.kind()) {
       case Value::Kind::kTensor: {
+        if (written) return Value();
         const Tensor& t = v.as_tensor();
-        Tensor view = Tensor::View(t.dtype(), t.shape(), arena_.data() + items[next++].offset);
+        Tensor view =
+            Tensor::View(t.dtype(), t.shape(), arena_.data() + plan.items[next++].offset);
         if (t.shard()) view.SetShard(*t.shard());
         return Value(std::move(view));
       }
       case Value::Kind::kDict: {
         Dict d;
         for (size_t i = 0; i < v.as_dict().size(); ++i) {
-          d.Set(v.as_dict().key(i), Rebuild(v.as_dict().value(i), items, next));
+          d.Set(v.as_dict().key(i), Rebuild(v.as_dict().value(i), plan, next, visit));
         }
         return Value(std::move(d));
       }
       case Value::Kind::kList: {
         List l;
-        for (const Value& c : v.as_list()) l.push_back(Rebuild(c, items, next));
+        for (const Value& c : v.as_list()) l.push_back(Rebuild(c, plan, next, visit));
         return Value(std::move(l));
       }
       default:
-        return v;  // scalars and bytes are copied by value
+        return written ? Value() : v;  // scalars and bytes are copied by value
     }
   }
 

@@ -1,5 +1,5 @@
 // Save(): a state dict -> CheckpointWriter calls, in pre-order.
-#include "ckfmt/writer.h"
+#include "save_entries.h"
 
 namespace ckfmt {
 namespace {
@@ -38,25 +38,39 @@ Status AddValue(CheckpointWriter& w, const std::string& file, const KeyPath& pat
 
 }  // namespace
 
-Result<WriteStats> Save(const std::string& path, const Value& state_dict,
-                        const SaveOptions& options) {
+Result<std::unique_ptr<CheckpointWriter>> BeginSave(const std::string& path,
+                                                    const Value& state_dict,
+                                                    const SaveOptions& options) {
   if (!state_dict.is_dict()) {
     return Status::InvalidArgument(path + ": the state dict to save must be a dict, got a " +
                                    ValueKindName(state_dict.kind()));
   }
   CKFMT_ASSIGN_OR_RETURN(auto writer, CheckpointWriter::Create(path, options));
-  writer->DeferHostReads();  // the state dict outlives the writer
+  writer->DeferHostReads();  // the caller keeps the state until Flush() or Commit()
   uint64_t bytes = 0;
   VisitValues(state_dict, [&](const KeyPath&, const Value& v) {
     if (v.kind() == Value::Kind::kTensor) bytes += v.as_tensor().nbytes();
     if (v.kind() == Value::Kind::kBytes) bytes += v.as_bytes().data.size();
   });
   writer->ExpectBytes(bytes);
+  return writer;
+}
+
+Status AddEntries(CheckpointWriter& writer, const std::string& path, const Value& state_dict,
+                  size_t begin, size_t end) {
   Status status;
+  size_t visit = 0;
   VisitValues(state_dict, [&](const KeyPath& p, const Value& v) {
-    if (status.ok()) status = AddValue(*writer, path, p, v);
+    const size_t i = visit++;
+    if (status.ok() && i >= begin && i < end) status = AddValue(writer, path, p, v);
   });
-  CKFMT_RETURN_IF_ERROR(status);
+  return status;
+}
+
+Result<WriteStats> Save(const std::string& path, const Value& state_dict,
+                        const SaveOptions& options) {
+  CKFMT_ASSIGN_OR_RETURN(auto writer, BeginSave(path, state_dict, options));
+  CKFMT_RETURN_IF_ERROR(AddEntries(*writer, path, state_dict));
   CKFMT_RETURN_IF_ERROR(writer->Commit());
   return writer->stats();
 }

@@ -219,4 +219,72 @@ TEST(AsyncSaveTest, DestructorFinishesTheInFlightSave) {
   EXPECT_TRUE(ValuesBitwiseEqual(sd, loaded));
 }
 
+// A snapshot budget smaller than the state: the leading entries are written
+// before SaveAsync returns, the trailing ones come from the snapshot; the
+// file holds the state as it was at the call either way.
+TEST(AsyncSaveTest, ASnapshotBudgetBoundsTheMemoryAndTheFileHoldsTheCall) {
+  Value live = MakeRichStateDict(37);
+  const uint64_t total = TensorBytes(live);
+  ASSERT_GT(total, 4096u);
+  for (uint64_t budget : {total / 3, uint64_t{64}, uint64_t{1}}) {
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    ScopedTempDir dir;
+    AsyncSaverOptions o;
+    o.snapshot_bytes = budget;
+    AsyncSaver saver(o);
+    for (int i = 0; i < 2; ++i) {  // the second reuses the arena
+      const std::string path = dir.File("b" + std::to_string(i));
+      Value snapshot = Copy(live);
+      CKFMT_ASSERT_OK(saver.SaveAsync(path, live, SmallSaveOptions(Codec::kZstd)));
+      EXPECT_LE(saver.reserved_bytes(), budget);
+      Scribble(live);
+      CKFMT_ASSERT_OK(saver.Wait());
+      Value loaded = Dict{};
+      CKFMT_ASSERT_OK(ckfmt::Load(path, &loaded));
+      EXPECT_TRUE(ValuesBitwiseEqual(snapshot, loaded));
+      EXPECT_EQ(dir.List().size(), size_t(i + 1)) << "no temporary file left";
+    }
+  }
+}
+
+TEST(AsyncSaveTest, ABudgetAsLargeAsTheStateSnapshotsItAll) {
+  ScopedTempDir dir;
+  Value live = MakeRichStateDict(38);
+  AsyncSaverOptions o;
+  o.snapshot_bytes = 1ull << 40;
+  AsyncSaver saver(o);
+  Value snapshot = Copy(live);
+  CKFMT_ASSERT_OK(saver.SaveAsync(dir.File("a"), live, SmallSaveOptions()));
+  EXPECT_GE(saver.reserved_bytes(), TensorBytes(live));
+  Scribble(live);
+  CKFMT_ASSERT_OK(saver.Wait());
+  Value loaded = Dict{};
+  CKFMT_ASSERT_OK(ckfmt::Load(dir.File("a"), &loaded));
+  EXPECT_TRUE(ValuesBitwiseEqual(snapshot, loaded));
+}
+
+TEST(AsyncSaveTest, AFailedWriteBeforeTheSnapshotIsReturnedAndLeavesNoFile) {
+  ScopedTempDir dir;
+  const std::string path = dir.File("a");
+  Value live = MakeRichStateDict(39);
+  CKFMT_ASSERT_OK(ckfmt::Save(path, live, SmallSaveOptions()));
+  const std::string before = ReadFileBytes(path);
+  // A tensor whose region does not match its size fails as it is added,
+  // which, with a 1-byte budget, is before SaveAsync returns.
+  Value bad = Copy(live);
+  std::vector<float> four(4);
+  Tensor t = Tensor::View(DType::kF32, {4}, four.data());
+  t.SetShard(ShardSpec{{10}, Region::Flat(0, 5)});
+  bad.as_dict().Set("zz_bad", t);
+  AsyncSaverOptions o;
+  o.snapshot_bytes = 1;
+  AsyncSaver saver(o);
+  Status s = saver.SaveAsync(path, bad, SmallSaveOptions());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("zz_bad"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(saver.busy());
+  EXPECT_EQ(ReadFileBytes(path), before);
+  EXPECT_EQ(dir.List(), std::vector<std::string>{"a"});
+}
+
 }  // namespace

@@ -140,6 +140,33 @@ TEST(CudaTest, AsyncSaveFromTheGpu) {
   EXPECT_EQ(DiffValues(back, host), "");
 }
 
+// A snapshot budget of a quarter of the state: the rest is written from
+// the GPU before SaveAsync returns; the file holds the state of the call.
+TEST(CudaTest, AsyncSaveFromTheGpuWithinASnapshotBudget) {
+  SKIP_WITHOUT_GPU();
+  ScopedTempDir dir;
+  Value host = MakeRichStateDict(24);
+  uint64_t total = 0;
+  VisitValues(host, [&](const KeyPath&, const Value& x) {
+    if (x.is_tensor()) total += x.as_tensor().nbytes();
+  });
+  Value gpu = ToGpu(host);
+  AsyncSaverOptions o;
+  o.snapshot_bytes = total / 4;
+  AsyncSaver saver(o);
+  CKFMT_ASSERT_OK(saver.SaveAsync(dir.File("a.ckfmt"), gpu, SmallSaveOptions(Codec::kZstd)));
+  EXPECT_LE(saver.reserved_bytes(), total / 4);
+  VisitValues(gpu, [](const KeyPath&, const Value& x) {
+    if (x.is_tensor() && x.as_tensor().dtype() != DType::kBool) {
+      cudaMemset(x.as_tensor().data(), 0x7f, x.as_tensor().nbytes());
+    }
+  });
+  CKFMT_ASSERT_OK(saver.Wait());
+  Value back{Dict{}};
+  CKFMT_ASSERT_OK(Load(dir.File("a.ckfmt"), &back, {}, SmallReadOptions()));
+  EXPECT_EQ(DiffValues(back, host), "");
+}
+
 #endif  // CKFMT_HAVE_CUDA
 
 }  // namespace

@@ -192,6 +192,41 @@ TEST_F(DeviceSimTest, AsyncSaveFromDeviceHoldsTheSnapshot) {
   }
 }
 
+// With a snapshot budget below the state, the leading tensors go device ->
+// pinned staging slot -> disk before SaveAsync returns and only the rest
+// is copied into the (smaller) pinned arena.
+TEST_F(DeviceSimTest, AsyncSaveFromDeviceWithinASnapshotBudget) {
+  ops().set_copy_delay(microseconds(200));
+  ScopedTempDir dir;
+  Value host = MakeRichStateDict(17);
+  uint64_t total = 0;
+  VisitValues(host, [&](const KeyPath&, const Value& v) {
+    if (v.is_tensor()) total += v.as_tensor().nbytes();
+  });
+  Value dev = ToDevice(ops(), host, 0);
+  AsyncSaverOptions o;
+  o.snapshot_bytes = total / 4;
+  AsyncSaver saver(o);
+  for (int round = 0; round < 2; ++round) {
+    const std::string path = dir.File("b" + std::to_string(round));
+    const uint64_t to_host_before = ops().bytes_to_host();
+    CKFMT_ASSERT_OK(saver.SaveAsync(path, dev, SmallSaveOptions(Codec::kZstd)));
+    EXPECT_LE(saver.reserved_bytes(), total / 4);
+    // Everything was copied off the device before the call returned (bool
+    // tensors twice: the writer checks their values first).
+    EXPECT_GE(ops().bytes_to_host() - to_host_before, total);
+    VisitValues(dev, [&](const KeyPath&, const Value& v) {
+      if (!v.is_tensor() || v.as_tensor().nbytes() == 0) return;
+      const Tensor& t = v.as_tensor();
+      std::string junk(t.nbytes(), t.dtype() == DType::kBool ? '\1' : '\x5a');
+      ops().Upload(t.data(), junk.data(), junk.size());
+    });
+    CKFMT_ASSERT_OK(saver.Wait());
+    EXPECT_EQ(DiffValues(LoadToHost(path), host), "");
+    dev = ToDevice(ops(), host, 0);
+  }
+}
+
 // A failed device copy: a clear error naming the file and the key, and the
 // checkpoint already at the path stays as it was.
 TEST_F(DeviceSimTest, FailedDeviceCopyKeepsThePreviousCheckpoint) {

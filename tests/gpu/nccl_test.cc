@@ -11,7 +11,6 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
@@ -163,16 +162,10 @@ TEST_F(NcclOneRankTest, RefusesMismatchedCounts) {
 Value ToGpu(const Value& v) {
   return ckfmt_test::MapTensors(v, [](const Tensor& t) {
     if (t.shape().empty()) return t;  // counters stay on the host
-    void* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(t.nbytes(), 1)), cudaSuccess);
-    if (t.nbytes()) {
-      EXPECT_EQ(cudaMemcpy(p, t.data(), t.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
-    }
-    std::shared_ptr<void> owner(p, [](void* q) { cudaFree(q); });
-    Tensor d = Tensor::Owning(t.dtype(), t.shape(), p, std::move(owner),
-                              Device{DeviceType::kCUDA, 0});
-    if (t.shard()) d.SetShard(*t.shard());
-    return d;
+    Tensor g = CudaAllocator(0)(t.dtype(), t.shape(), {}, {}).value();
+    EXPECT_EQ(cudaMemcpy(g.data(), t.data(), t.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+    if (t.shard()) g.SetShard(*t.shard());
+    return g;
   });
 }
 

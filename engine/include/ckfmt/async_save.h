@@ -2,7 +2,9 @@
 // into a snapshot; the write to disk runs on a background thread.
 //
 // The snapshot arena is kept between saves (and pre-faulted when it grows),
-// so steady-state blocked time is one parallel memcpy of the state. CUDA
+// so steady-state blocked time is one parallel memcpy of the state (of the
+// part that fits AsyncSaverOptions::snapshot_bytes, plus the write of the
+// rest). CUDA
 // tensors (see cuda.h) are copied device -> arena, which is then kept
 // pinned: the caller is blocked for about the device-to-host copy time,
 // during which the host tensors are copied too.
@@ -27,6 +29,12 @@ struct AsyncSaverOptions {
   // (true) or fail at once with kAborted (false).
   bool wait_if_busy = true;
   unsigned copy_threads = 0;  // 0: all cores
+  // Most bytes of snapshot memory (0: no limit). When the state's tensors
+  // need more, SaveAsync writes the leading entries to disk straight from
+  // the caller's tensors (GPU ones device -> pinned staging slot -> disk)
+  // and snapshots only the trailing tensors that fit: it returns as soon
+  // as what is left to write fits in the snapshot.
+  uint64_t snapshot_bytes = 0;
 };
 
 class AsyncSaver {
