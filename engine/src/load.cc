@@ -87,6 +87,11 @@ std::string LoadReport::ToString() const {
   return s;
 }
 
+Allocator ReconstructionAllocator(const LoadOptions& o) {
+  if (o.allocator) return o.allocator;
+  return o.reconstruct_device.type == DeviceType::kCUDA ? CudaAllocator() : HostAllocator();
+}
+
 Result<LoadReport> LoadImpl(CheckpointReader::Impl& r, Value* sd, const LoadOptions& o) {
   const std::string& file = r.file.path();
   if (!sd || !sd->is_dict()) {
@@ -188,9 +193,7 @@ Result<LoadReport> LoadImpl(CheckpointReader::Impl& r, Value* sd, const LoadOpti
 
   // Pass 2: create what the caller lacks, assign scalars, then read all
   // data in one pass.
-  Allocator alloc = o.allocator                                         ? o.allocator
-                    : o.reconstruct_device.type == DeviceType::kCUDA ? CudaAllocator()
-                                                                      : HostAllocator();
+  Allocator alloc = ReconstructionAllocator(o);
   std::set<KeyPath> has_created_child;
   for (const EntryRecord* e : plan.create) {
     has_created_child.insert(KeyPath(e->path.begin(), e->path.end() - 1));

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 
+#include "ckfmt/dist/dist_load.h"
 #include "ckfmt/dist/dist_save.h"
 #include "ckfmt/dist/sharded_state.h"
 #include "ckfmt/reader.h"
@@ -168,6 +169,38 @@ TEST_F(DistDeviceSave, AFailedDeviceCopyLeavesNoFile) {
   auto verified = VerifyFile(File("ck"));
   ASSERT_TRUE(verified.ok());
   EXPECT_TRUE(verified->ok());
+}
+
+// The resharding load's reconstructed shards land on the GPU when the load
+// options say so: optimizer state the trainer lacks comes back sharded and
+// on its device.
+TEST_F(DistDeviceSave, ReshardingLoadReconstructsShardsOnTheGpu) {
+  Value full = MakeFullState(10);
+  SingleCommunicator comm;
+  DistSaveOptions o = Small(nullptr);
+  ASSERT_TRUE(DistSave(comm, File("ck"), full, o).ok());
+  auto reader = CheckpointReader::Open(File("ck"));
+  ASSERT_TRUE(reader.ok());
+  for (int rank = 0; rank < 3; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    // The trainer holds its model shards on cuda:1, and no optimizer state.
+    LayoutFn layout = MakeLayout(LayoutKind::kFsdp2, full, 3, rank);
+    auto model = ShardStateDict(ModelOnly(full), layout);
+    ASSERT_TRUE(model.ok());
+    Value local = ckfmt_test::ToDevice(ops(), *model, 1);
+    ShardedLoadOptions lo;
+    lo.layout = layout;
+    lo.load.reconstruct_device = Device{DeviceType::kCUDA, 1};
+    auto report = LoadSharded(**reader, &local, lo);
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    EXPECT_FALSE(report->reconstructed.empty());
+    size_t host_tensors = 0;
+    VisitValues(local, [&](const KeyPath&, const Value& v) {
+      if (v.is_tensor() && v.as_tensor().device().type == DeviceType::kCPU) ++host_tensors;
+    });
+    EXPECT_EQ(host_tensors, 0u);
+    EXPECT_TRUE(MatchesFull(ckfmt_test::ToHost(ops(), local), full, true));
+  }
 }
 
 }  // namespace

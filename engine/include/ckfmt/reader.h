@@ -67,6 +67,10 @@ struct LoadOptions {
   Allocator allocator;  // for reconstructed tensors; HostAllocator() if empty
 };
 
+// The allocator a load uses for reconstructed tensors: options.allocator,
+// else CudaAllocator() for a CUDA reconstruct_device, else HostAllocator().
+Allocator ReconstructionAllocator(const LoadOptions& options);
+
 struct LoadReport {
   std::vector<KeyPath> loaded_in_place;  // tensors filled, scalars assigned
   std::vector<KeyPath> reconstructed;    // created from the file

@@ -52,12 +52,15 @@ Result<Value> Fresh(const EntryRecord& e, const ShardedLoadOptions& o, const All
     }
   }
   Shape shape = region ? LocalShape(*region) : e.shape;
-  need->Add(e.path, region ? region->NumElements() * DTypeSize(e.dtype) : e.ByteSize());
-  CKFMT_RETURN_IF_ERROR(need->Check(file));
-  auto t = alloc(e.dtype, shape, e.path, Device{});
+  const Device device = o.load.reconstruct_device;
+  if (device.type == DeviceType::kCPU) {
+    need->Add(e.path, region ? region->NumElements() * DTypeSize(e.dtype) : e.ByteSize());
+    CKFMT_RETURN_IF_ERROR(need->Check(file));
+  }
+  auto t = alloc(e.dtype, shape, e.path, device);
   if (!t.ok()) return t.status().WithContext(where + ": allocating");
   if (t->dtype() != e.dtype || t->shape() != shape || (t->numel() && !t->data()) ||
-      t->device().type != DeviceType::kCPU) {
+      t->device().type != device.type) {
     return Status::InvalidArgument(where + ": the allocator returned a tensor that does not fit " +
                                    (region ? "the shard " + region->ToString() : "the entry"));
   }
@@ -74,7 +77,7 @@ Result<LoadReport> LoadSharded(CheckpointReader& reader, Value* sd,
   const LoadOptions& lo = options.load;
   std::vector<KeyPath> created;
   if (lo.unexpected == UnexpectedPolicy::kReconstruct && options.layout) {
-    Allocator alloc = lo.allocator ? lo.allocator : HostAllocator();
+    Allocator alloc = ReconstructionAllocator(lo);
     HostMemoryNeed need;
     for (const EntryRecord& e : reader.index().entries) {
       if (!Selected(lo, e.path) || sd->Find(e.path)) continue;

@@ -8,7 +8,8 @@
 // policies (LoadOptions::unexpected); with a `layout`, a reconstructed
 // tensor becomes this rank's shard (a tensor of LocalShape(region) marked
 // with ShardSpec) instead of the whole tensor - so optimizer state created
-// lazily by the trainer comes back already sharded.
+// lazily by the trainer comes back already sharded, on the GPU where
+// LoadOptions::reconstruct_device says so (allocated as Load allocates).
 #pragma once
 
 #include <string>
