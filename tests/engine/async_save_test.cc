@@ -168,15 +168,6 @@ TEST(AsyncSaveTest, NonHostTensorIsRefusedAtOnce) {
   EXPECT_FALSE(saver.busy());
 }
 
-// Sum of the state's tensor bytes.
-uint64_t TensorBytes(const Value& v) {
-  uint64_t n = 0;
-  VisitValues(v, [&](const KeyPath&, const Value& x) {
-    if (x.is_tensor()) n += x.as_tensor().nbytes();
-  });
-  return n;
-}
-
 TEST(AsyncSaveTest, PrepareSetsUpTheSnapshotMemoryTheSaveUses) {
   ScopedTempDir dir;
   Value live = MakeRichStateDict(36);
@@ -184,7 +175,7 @@ TEST(AsyncSaveTest, PrepareSetsUpTheSnapshotMemoryTheSaveUses) {
   EXPECT_EQ(saver.reserved_bytes(), 0u);
   CKFMT_ASSERT_OK(saver.Prepare(live));
   const uint64_t reserved = saver.reserved_bytes();
-  EXPECT_GE(reserved, TensorBytes(live));
+  EXPECT_GE(reserved, TotalTensorBytes(live));
   EXPECT_FALSE(saver.busy());
   EXPECT_FALSE(saver.Wait().ok()) << "Prepare() saves nothing";
   Value snapshot = Copy(live);
@@ -224,7 +215,7 @@ TEST(AsyncSaveTest, DestructorFinishesTheInFlightSave) {
 // file holds the state as it was at the call either way.
 TEST(AsyncSaveTest, ASnapshotBudgetBoundsTheMemoryAndTheFileHoldsTheCall) {
   Value live = MakeRichStateDict(37);
-  const uint64_t total = TensorBytes(live);
+  const uint64_t total = TotalTensorBytes(live);
   ASSERT_GT(total, 4096u);
   for (uint64_t budget : {total / 3, uint64_t{64}, uint64_t{1}}) {
     SCOPED_TRACE("budget " + std::to_string(budget));
@@ -255,7 +246,7 @@ TEST(AsyncSaveTest, ABudgetAsLargeAsTheStateSnapshotsItAll) {
   AsyncSaver saver(o);
   Value snapshot = Copy(live);
   CKFMT_ASSERT_OK(saver.SaveAsync(dir.File("a"), live, SmallSaveOptions()));
-  EXPECT_GE(saver.reserved_bytes(), TensorBytes(live));
+  EXPECT_GE(saver.reserved_bytes(), TotalTensorBytes(live));
   Scribble(live);
   CKFMT_ASSERT_OK(saver.Wait());
   Value loaded = Dict{};

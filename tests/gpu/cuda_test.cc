@@ -122,6 +122,16 @@ TEST(CudaTest, ReconstructsOnTheGpu) {
   EXPECT_EQ(DiffValues(ToCpu(v), host), "");
 }
 
+// The trainer's next step: every GPU tensor of `gpu` overwritten (bool
+// tensors kept valid).
+void OverwriteOnGpu(const Value& gpu) {
+  VisitValues(gpu, [](const KeyPath&, const Value& x) {
+    if (x.is_tensor() && x.as_tensor().dtype() != DType::kBool) {
+      cudaMemset(x.as_tensor().data(), 0x7f, x.as_tensor().nbytes());
+    }
+  });
+}
+
 TEST(CudaTest, AsyncSaveFromTheGpu) {
   SKIP_WITHOUT_GPU();
   ScopedTempDir dir;
@@ -129,11 +139,7 @@ TEST(CudaTest, AsyncSaveFromTheGpu) {
   Value gpu = ToGpu(host);
   AsyncSaver saver;
   CKFMT_ASSERT_OK(saver.SaveAsync(dir.File("a.ckfmt"), gpu, SmallSaveOptions(Codec::kZstd)));
-  VisitValues(gpu, [](const KeyPath&, const Value& x) {
-    if (x.is_tensor() && x.as_tensor().dtype() != DType::kBool) {
-      cudaMemset(x.as_tensor().data(), 0x7f, x.as_tensor().nbytes());
-    }
-  });
+  OverwriteOnGpu(gpu);
   CKFMT_ASSERT_OK(saver.Wait());
   Value back{Dict{}};
   CKFMT_ASSERT_OK(Load(dir.File("a.ckfmt"), &back, {}, SmallReadOptions()));
@@ -146,21 +152,14 @@ TEST(CudaTest, AsyncSaveFromTheGpuWithinASnapshotBudget) {
   SKIP_WITHOUT_GPU();
   ScopedTempDir dir;
   Value host = MakeRichStateDict(24);
-  uint64_t total = 0;
-  VisitValues(host, [&](const KeyPath&, const Value& x) {
-    if (x.is_tensor()) total += x.as_tensor().nbytes();
-  });
+  const uint64_t total = TotalTensorBytes(host);
   Value gpu = ToGpu(host);
   AsyncSaverOptions o;
   o.snapshot_bytes = total / 4;
   AsyncSaver saver(o);
   CKFMT_ASSERT_OK(saver.SaveAsync(dir.File("a.ckfmt"), gpu, SmallSaveOptions(Codec::kZstd)));
   EXPECT_LE(saver.reserved_bytes(), total / 4);
-  VisitValues(gpu, [](const KeyPath&, const Value& x) {
-    if (x.is_tensor() && x.as_tensor().dtype() != DType::kBool) {
-      cudaMemset(x.as_tensor().data(), 0x7f, x.as_tensor().nbytes());
-    }
-  });
+  OverwriteOnGpu(gpu);
   CKFMT_ASSERT_OK(saver.Wait());
   Value back{Dict{}};
   CKFMT_ASSERT_OK(Load(dir.File("a.ckfmt"), &back, {}, SmallReadOptions()));

@@ -169,6 +169,16 @@ TEST_F(DeviceSimTest, MixedHostAndDeviceTensors) {
   EXPECT_EQ(DiffValues(LoadToHost(dir.File("a.ckfmt")), expect), "");
 }
 
+// The trainer's next step: every device tensor of `dev` overwritten at once.
+void OverwriteOnDevice(SimulatedDeviceOps& ops, const Value& dev) {
+  VisitValues(dev, [&](const KeyPath&, const Value& v) {
+    if (!v.is_tensor() || v.as_tensor().nbytes() == 0) return;
+    const Tensor& t = v.as_tensor();
+    std::string junk(t.nbytes(), t.dtype() == DType::kBool ? '\1' : '\x5a');
+    ops.Upload(t.data(), junk.data(), junk.size());
+  });
+}
+
 TEST_F(DeviceSimTest, AsyncSaveFromDeviceHoldsTheSnapshot) {
   ops().set_copy_delay(microseconds(200));
   ScopedTempDir dir;
@@ -179,13 +189,7 @@ TEST_F(DeviceSimTest, AsyncSaveFromDeviceHoldsTheSnapshot) {
     const std::string path = dir.File("a" + std::to_string(round));
     CKFMT_ASSERT_OK(saver.SaveAsync(path, dev, SmallSaveOptions(Codec::kZstd)));
     EXPECT_GT(saver.last_blocked_seconds(), 0.0);
-    // The trainer's next step overwrites its device tensors at once.
-    VisitValues(dev, [&](const KeyPath&, const Value& v) {
-      if (!v.is_tensor() || v.as_tensor().nbytes() == 0) return;
-      const Tensor& t = v.as_tensor();
-      std::string junk(t.nbytes(), t.dtype() == DType::kBool ? '\1' : '\x5a');
-      ops().Upload(t.data(), junk.data(), junk.size());
-    });
+    OverwriteOnDevice(ops(), dev);
     CKFMT_ASSERT_OK(saver.Wait());
     EXPECT_EQ(DiffValues(LoadToHost(path), host), "");
     dev = ToDevice(ops(), host, 0);
@@ -199,10 +203,7 @@ TEST_F(DeviceSimTest, AsyncSaveFromDeviceWithinASnapshotBudget) {
   ops().set_copy_delay(microseconds(200));
   ScopedTempDir dir;
   Value host = MakeRichStateDict(17);
-  uint64_t total = 0;
-  VisitValues(host, [&](const KeyPath&, const Value& v) {
-    if (v.is_tensor()) total += v.as_tensor().nbytes();
-  });
+  const uint64_t total = TotalTensorBytes(host);
   Value dev = ToDevice(ops(), host, 0);
   AsyncSaverOptions o;
   o.snapshot_bytes = total / 4;
@@ -215,12 +216,7 @@ TEST_F(DeviceSimTest, AsyncSaveFromDeviceWithinASnapshotBudget) {
     // Everything was copied off the device before the call returned (bool
     // tensors twice: the writer checks their values first).
     EXPECT_GE(ops().bytes_to_host() - to_host_before, total);
-    VisitValues(dev, [&](const KeyPath&, const Value& v) {
-      if (!v.is_tensor() || v.as_tensor().nbytes() == 0) return;
-      const Tensor& t = v.as_tensor();
-      std::string junk(t.nbytes(), t.dtype() == DType::kBool ? '\1' : '\x5a');
-      ops().Upload(t.data(), junk.data(), junk.size());
-    });
+    OverwriteOnDevice(ops(), dev);
     CKFMT_ASSERT_OK(saver.Wait());
     EXPECT_EQ(DiffValues(LoadToHost(path), host), "");
     dev = ToDevice(ops(), host, 0);

@@ -43,6 +43,14 @@ std::string TensorBytes(const Tensor& t) {
   return std::string(static_cast<const char*>(t.data()), t.nbytes());
 }
 
+uint64_t TotalTensorBytes(const Value& v) {
+  uint64_t n = 0;
+  VisitValues(v, [&](const KeyPath&, const Value& x) {
+    if (x.is_tensor()) n += x.as_tensor().nbytes();
+  });
+  return n;
+}
+
 std::string RandomString(size_t n, uint64_t seed) {
   std::string s(n, '\0');
   FillRandom(s.data(), n, seed);

@@ -30,6 +30,8 @@ extern const std::vector<ckfmt::DType> kAllDTypes;
 void FillRandom(void* p, size_t n, uint64_t seed);
 ckfmt::Tensor RandomTensor(ckfmt::DType dtype, const ckfmt::Shape& shape, uint64_t seed);
 std::string TensorBytes(const ckfmt::Tensor& t);
+// Sum of nbytes() over every tensor of `v`, wherever it lives.
+uint64_t TotalTensorBytes(const ckfmt::Value& v);
 std::string RandomString(size_t n, uint64_t seed);
 
 // Whole-tensor bytes of a global tensor of `shape`, element g = bytes

@@ -30,15 +30,20 @@ EntryKind KindOf(const Value& v) {
   return EntryKind::kNone;
 }
 
-// XXH3 of `n` bytes on a GPU, copied to the host piece by piece.
-Result<uint64_t> DeviceChecksum(Device device, const void* data, size_t n) {
-  CKFMT_ASSIGN_OR_RETURN(auto staging, DeviceStaging::For(device));
-  staging->SetBounceSize(4 << 20);
+// XXH3 of `n` bytes on a GPU, copied to the host piece by piece through
+// `staging`, set up on first use (one stream and bounce buffer for all).
+Result<uint64_t> DeviceChecksum(std::unique_ptr<DeviceStaging>& staging, Device device,
+                                const void* data, size_t n) {
+  if (!staging) {
+    CKFMT_ASSIGN_OR_RETURN(staging, DeviceStaging::For(device));
+    staging->SetBounceSize(4 << 20);
+  }
   ChecksumStream sum;
-  CKFMT_RETURN_IF_ERROR(staging->ForEachHostPiece(device, data, n, [&](const uint8_t* p, size_t len, size_t) {
-    sum.Update(p, len);
-    return Status::OK();
-  }));
+  CKFMT_RETURN_IF_ERROR(
+      staging->ForEachHostPiece(device, data, n, [&](const uint8_t* p, size_t len, size_t) {
+        sum.Update(p, len);
+        return Status::OK();
+      }));
   return sum.Digest();
 }
 
@@ -58,6 +63,7 @@ Result<std::vector<LocalEntry>> DescribeLocalState(const Value& state, int rank,
   }
   std::vector<LocalEntry> out;
   Status status;
+  std::unique_ptr<DeviceStaging> staging;  // for checksums of GPU replicas
   VisitValues(state, [&](const KeyPath& path, const Value& v) {
     if (!status.ok()) return;
     LocalEntry e;
@@ -98,7 +104,7 @@ Result<std::vector<LocalEntry>> DescribeLocalState(const Value& state, int rank,
         e.data = t.data();
         if (checksums && !e.sharded) {
           e.has_checksum = true;
-          auto sum = on_device ? DeviceChecksum(t.device(), t.data(), t.nbytes())
+          auto sum = on_device ? DeviceChecksum(staging, t.device(), t.data(), t.nbytes())
                                : Result<uint64_t>(Checksum(t.data(), t.nbytes()));
           if (!sum.ok()) return fail("checksum of the replica: " + sum.status().ToString());
           e.checksum = *sum;
