@@ -107,6 +107,23 @@ TEST_F(DistDeviceSave, ReplicaChecksumsReadGpuTensors) {
   EXPECT_TRUE(MatchesFull(loaded, full, true));
 }
 
+TEST_F(DistDeviceSave, AFailedCopyForAReplicaChecksumNamesTheKey) {
+  Value local = ckfmt_test::ToDevice(ops(), MakeFullState(11), 0, IsCounter);
+  SingleCommunicator comm;
+  SimulatedDeviceComm device_comm(comm, ops(), 0);
+  DistSaveOptions o = Small(&device_comm);
+  o.replica_check = ReplicaCheck::kChecksum;
+  ops().FailCopiesFrom(ops().copies() + 1);
+  auto stats = DistSave(comm, File("ck"), local, o);
+  ops().FailCopiesFrom(0);
+  ASSERT_FALSE(stats.ok());
+  EXPECT_NE(stats.status().message().find("model/embed.weight: checksum of the replica"),
+            std::string::npos)
+      << stats.status().ToString();
+  EXPECT_NE(stats.status().message().find("injected copy failure"), std::string::npos);
+  EXPECT_TRUE(fs::is_empty(dir_));
+}
+
 TEST_F(DistDeviceSave, GpuTensorsWithoutADeviceCommunicatorAreRefused) {
   Value local = ckfmt_test::ToDevice(ops(), MakeFullState(5), 0, IsCounter);
   SingleCommunicator comm;

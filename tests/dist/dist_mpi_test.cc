@@ -553,4 +553,26 @@ TEST_F(DistDevice, ADeviceCommunicatorOnSomeRanksOnlyIsRefused) {
   EXPECT_EQ(Messages(s.status()).size(), size_t(world));
 }
 
+TEST_F(DistDevice, ADeviceCommunicatorOverOtherRanksIsRefused) {
+  if (world < 2) GTEST_SKIP() << "needs two ranks";
+  Value full = MakeFullState(24);
+  auto local = ShardStateDict(full, MakeLayout(LayoutKind::kFsdp2, full, world, rank));
+  ASSERT_TRUE(local.ok());
+  SingleCommunicator alone;  // every rank its own world of one
+  SimulatedDeviceComm device_comm(alone, ops, 0);
+  DistSaveOptions o = SmallOptions(SaveMode::kFlattened);
+  o.device_comm = &device_comm;
+  auto s = DistSave(*comm, File("ck"), *local, o);
+  ASSERT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("is rank 0 of 1, the host communicator rank " +
+                                      std::to_string(world - 1) + " of " + std::to_string(world) +
+                                      ": they must match"),
+            std::string::npos)
+      << s.status().message();
+  ASSERT_TRUE(comm->Barrier().ok());
+  if (rank == 0) {
+    EXPECT_TRUE(ListDir(dir).empty());
+  }
+}
+
 }  // namespace
