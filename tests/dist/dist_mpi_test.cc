@@ -537,6 +537,33 @@ TEST_F(DistDevice, ShardsSplitBetweenGpuAndHostAreRefused) {
   }
 }
 
+// The parallel mode writes each rank's GPU shards from its own device, with
+// no device communicator, and a tensor's shards may be split between GPUs
+// and the host: here the last rank keeps its shards on the host.
+TEST_F(DistDevice, ParallelSaveWritesGpuShardsFromEveryRank) {
+  for (Codec codec : {Codec::kNone, Codec::kBytePlaneZstd}) {
+    for (LayoutKind kind : {LayoutKind::kFsdp1, LayoutKind::kFsdp2, LayoutKind::kGrid2D}) {
+      if (!GridFits(kind, world)) continue;
+      SCOPED_TRACE(std::string(LayoutName(kind)) + " " + std::string(CodecName(uint8_t(codec))));
+      Value full = MakeFullState(25);
+      auto host = ShardStateDict(full, MakeLayout(kind, full, world, rank));
+      ASSERT_TRUE(host.ok());
+      const bool on_host = world > 1 && rank == world - 1;
+      Value local = on_host ? *host : ckfmt_test::ToDevice(ops, *host, 0, IsCounter);
+      DistSaveOptions o = SmallOptions(SaveMode::kParallel);
+      o.save.codec = codec;
+      const std::string path = File(LayoutName(kind));
+      auto s = DistSave(*comm, path, local, o);
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      ASSERT_TRUE(comm->Barrier().ok());
+      Value loaded{Dict{}};
+      ASSERT_TRUE(Load(path, &loaded).ok());
+      EXPECT_TRUE(MatchesFull(loaded, full, true));
+      ASSERT_TRUE(comm->Barrier().ok());
+    }
+  }
+}
+
 TEST_F(DistDevice, ADeviceCommunicatorOnSomeRanksOnlyIsRefused) {
   if (world < 2) GTEST_SKIP() << "needs two ranks";
   Value full = MakeFullState(23);

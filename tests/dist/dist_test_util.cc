@@ -7,6 +7,8 @@
 #include <map>
 
 #include "ckfmt/dist/sharded_state.h"
+#include "ckfmt/reader.h"
+#include "ckfmt/verify.h"
 
 namespace ckfmt_dist_test {
 
@@ -228,6 +230,17 @@ std::string Bits(const Tensor& t) {
   }
   if (count == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << count << " problems:" << problems;
+}
+
+::testing::AssertionResult FileHoldsFull(const std::string& path, const Value& full) {
+  auto verified = VerifyFile(path);
+  if (!verified.ok()) return ::testing::AssertionFailure() << verified.status().ToString();
+  if (!verified->ok()) return ::testing::AssertionFailure() << path << " fails verification";
+  Value loaded{Dict{}};
+  if (auto r = Load(path, &loaded); !r.ok()) {
+    return ::testing::AssertionFailure() << r.status().ToString();
+  }
+  return MatchesFull(loaded, full, true);
 }
 
 std::vector<std::string> ListDir(const std::string& dir) {

@@ -36,6 +36,10 @@ ckfmt::dist::LayoutFn MakeLayout(LayoutKind kind, const ckfmt::Value& full, int 
 ::testing::AssertionResult MatchesFull(const ckfmt::Value& got, const ckfmt::Value& full,
                                        bool complete);
 
+// `path` passes full verification and loads (into an empty dict) as
+// MatchesFull(loaded, full, complete = true).
+::testing::AssertionResult FileHoldsFull(const std::string& path, const ckfmt::Value& full);
+
 // Names in `dir` (not recursive), sorted.
 std::vector<std::string> ListDir(const std::string& dir);
 

@@ -47,10 +47,17 @@ Status AgreeOnPlan(SaveContext& ctx) {
   Status local = ctx.Hook("plan");
   std::vector<LocalEntry> described;
   if (local.ok()) {
+    // The flattened mode gathers GPU tensors over the device communicator,
+    // from its device; in the parallel mode each rank writes its own.
     const Communicator* dc = ctx.options.device_comm;
+    GpuTensorPolicy gpu;
+    if (ctx.options.mode == SaveMode::kParallel) {
+      gpu.allow = GpuTensorPolicy::Allow::kAny;
+    } else if (dc) {
+      gpu = {GpuTensorPolicy::Allow::kOneDevice, dc->device()};
+    }
     auto d = DescribeLocalState(ctx.local_state, ctx.rank(),
-                                ctx.options.replica_check == ReplicaCheck::kChecksum,
-                                dc ? dc->device() : -1);
+                                ctx.options.replica_check == ReplicaCheck::kChecksum, gpu);
     if (d.ok()) {
       described = std::move(*d);
     } else {
@@ -71,7 +78,8 @@ Status AgreeOnPlan(SaveContext& ctx) {
       }
     }
     if (local.ok()) {
-      auto merged = MergePlans(per_rank, ctx.options.replica_check, ctx.path);
+      auto merged = MergePlans(per_rank, ctx.options.replica_check, ctx.path,
+                               /*one_memory_space=*/ctx.options.mode == SaveMode::kFlattened);
       if (merged.ok()) {
         ctx.plan = std::move(*merged);
         plan_bytes = EncodeGlobalPlan(ctx.plan);
@@ -92,13 +100,14 @@ Status AgreeOnPlan(SaveContext& ctx) {
     }
   }
   // This rank's data for each entry it owns a part of.
-  std::map<KeyPath, const void*> data;
+  std::map<KeyPath, const LocalEntry*> data;
   for (const LocalEntry& e : described) {
-    if (e.kind == EntryKind::kTensor || e.kind == EntryKind::kBytes) data[e.path] = e.data;
+    if (e.kind == EntryKind::kTensor || e.kind == EntryKind::kBytes) data[e.path] = &e;
   }
   const size_t n = ctx.plan.entries.size();
   ctx.local_data.assign(n, nullptr);
   ctx.local_region.assign(n, nullptr);
+  ctx.local_device.assign(n, Device{});
   static const uint8_t kEmpty = 0;
   for (size_t i = 0; i < n && local.ok(); ++i) {
     const PlanEntry& e = ctx.plan.entries[i];
@@ -110,15 +119,18 @@ Status AgreeOnPlan(SaveContext& ctx) {
                                  FormatKeyPath(e.path) + " but does not hold it");
         break;
       }
-      ctx.local_data[i] = it->second ? static_cast<const uint8_t*>(it->second) : &kEmpty;
+      const void* d = it->second->data;
+      ctx.local_data[i] = d ? static_cast<const uint8_t*>(d) : &kEmpty;
       ctx.local_region[i] = &o.region;
+      ctx.local_device[i] = d ? it->second->device : Device{};
     }
   }
   return comm.AgreeOnStatus(local, "receiving the plan of " + ctx.path);
 }
 
-// A device communicator on every rank or on none, over the same ranks,
-// and only for the flattened mode.
+// A device communicator on every rank or on none, over the same ranks.
+// (The parallel mode does not use it, but a trainer that passes one
+// whichever the mode must still pass a consistent one.)
 Status CheckDeviceComm(const SaveContext& ctx) {
   Communicator& comm = ctx.comm;
   const Communicator* dc = ctx.options.device_comm;
@@ -136,8 +148,6 @@ Status CheckDeviceComm(const SaveContext& ctx) {
                                     std::to_string(dc->size()) + ", the host communicator rank " +
                                     std::to_string(comm.rank()) + " of " +
                                     std::to_string(comm.size()) + ": they must match");
-  } else if (dc && ctx.options.mode != SaveMode::kFlattened) {
-    local = Status::InvalidArgument(where + ": GPU tensors are gathered in the flattened mode only");
   }
   return comm.AgreeOnStatus(local, "checking the device communicator for " + ctx.path);
 }
@@ -151,7 +161,7 @@ Result<DistSaveStats> DistSave(Communicator& comm, const std::string& path,
     return Status::InvalidArgument(path + ": DistSave needs a host communicator, got " +
                                    comm.name());
   }
-  SaveContext ctx{comm, path, local_state, options, {}, {}, {}, {}};
+  SaveContext ctx{comm, path, local_state, options, {}, {}, {}, {}, {}};
   std::string opts = EncodeOptions(options);
   CKFMT_RETURN_IF_ERROR(BroadcastString(comm, &opts, 0));
   CKFMT_RETURN_IF_ERROR(DecodeOptions(opts, &ctx.options));

@@ -27,6 +27,8 @@
 #include "ckfmt/dist/comm_util.h"
 #include "ckfmt/file_layout.h"
 #include "ckfmt/log.h"
+#include "device/device_staging.h"
+#include "encode_pipeline.h"
 #include "io/file.h"
 #include "io/staged_output.h"
 #include "save_internal.h"
@@ -38,6 +40,7 @@ namespace {
 
 struct LocalChunk {
   const uint8_t* stored;  // the bytes to write (source data or `encoded`)
+  bool on_device = false;  // `stored` is the source data, on the piece's GPU
   uint64_t stored_size = 0;
   uint64_t raw_size = 0;
   uint64_t element_size = 1;
@@ -50,6 +53,7 @@ struct LocalChunk {
 struct LocalPiece {
   size_t entry;
   Region region;
+  Device device;  // where the source data is
   std::vector<LocalChunk> chunks;
 };
 
@@ -67,6 +71,7 @@ void SplitPiece(const SaveContext& ctx, LocalPiece* p, uint64_t* at) {
   for (uint64_t off = 0; off < bytes;) {
     LocalChunk c;
     c.stored = ctx.local_data[p->entry] + off;
+    c.on_device = p->device.type != DeviceType::kCPU;
     c.raw_size = std::min(chunk_raw, bytes - off);
     if (at) {
       c.raw_size = CutAtGrid(*at, c.raw_size, grid, es);
@@ -79,6 +84,73 @@ void SplitPiece(const SaveContext& ctx, LocalPiece* p, uint64_t* at) {
   }
 }
 
+// Encodes chunk `c` from `raw` (its bytes on the host) into its own
+// buffer; a chunk that does not shrink keeps its source and codec 0.
+Status EncodeLocalChunk(const SaveOptions& so, const uint8_t* raw, LocalChunk* c) {
+  std::string out(MaxEncodedSize(so.codec, c->raw_size), '\0');
+  ChunkJob job{raw, c->raw_size, c->element_size, 0, 0};
+  CKFMT_ASSIGN_OR_RETURN(StoredChunk s, EncodeForStorage(so.codec, so.level, job,
+                                                         reinterpret_cast<uint8_t*>(out.data()),
+                                                         out.size()));
+  c->checksum = s.checksum;
+  c->has_checksum = true;
+  if (s.codec == Codec::kNone) return Status::OK();
+  out.resize(s.size);
+  c->encoded = std::move(out);
+  c->stored = reinterpret_cast<const uint8_t*>(c->encoded.data());
+  c->stored_size = s.size;
+  c->on_device = false;
+  c->codec = static_cast<uint8_t>(s.codec);
+  return Status::OK();
+}
+
+// Encodes the chunks of GPU pieces: a batch of one chunk per worker at a
+// time is copied into pinned bounce buffers and encoded there. A chunk that
+// does not shrink stays on the device (it is copied again when written), so
+// the rank holds no more than its encoded chunks.
+Status EncodeDeviceChunks(const SaveContext& ctx, ThreadPool& pool,
+                          const std::vector<std::pair<const LocalPiece*, LocalChunk*>>& chunks) {
+  if (chunks.empty()) return Status::OK();
+  const SaveOptions& so = ctx.options.save;
+  auto where = [&](const LocalPiece& p) {
+    return FormatKeyPath(ctx.plan.entries[p.entry].path) + " on " + DeviceName(p.device);
+  };
+  CKFMT_ASSIGN_OR_RETURN(auto staging, DeviceStaging::For(chunks.front().first->device));
+  uint64_t largest = 0;
+  for (const auto& [piece, c] : chunks) largest = std::max(largest, c->raw_size);
+  staging->SetBounceSize(largest);
+  const size_t batch = std::max<size_t>(1, pool.size());
+  std::vector<PinnedPool::Lease> bounce;
+  for (size_t i = 0; i < batch; ++i) {
+    CKFMT_ASSIGN_OR_RETURN(PinnedPool::Lease lease, staging->Bounce());
+    bounce.push_back(std::move(lease));
+  }
+  for (size_t first = 0; first < chunks.size(); first += batch) {
+    const size_t n = std::min(batch, chunks.size() - first);
+    std::vector<std::pair<DeviceStream*, const LocalPiece*>> streams;  // and a piece on each
+    for (size_t i = 0; i < n; ++i) {
+      const auto& [piece, c] = chunks[first + i];
+      auto stream = staging->Stream(piece->device);
+      Status copy = stream.ok() ? (*stream)->CopyToHost(bounce[i].data(), c->stored, c->raw_size)
+                                : stream.status();
+      if (!copy.ok()) return copy.WithContext(where(*piece));
+      if (std::none_of(streams.begin(), streams.end(),
+                       [&](const auto& s) { return s.first == *stream; })) {
+        streams.emplace_back(*stream, piece);
+      }
+    }
+    for (const auto& [stream, piece] : streams) {
+      if (Status s = stream->Synchronize(); !s.ok()) return s.WithContext(where(*piece));
+    }
+    std::vector<Status> errors(n);
+    pool.ParallelFor(n, [&](size_t i) {
+      errors[i] = EncodeLocalChunk(so, bounce[i].data(), chunks[first + i].second);
+    });
+    for (const Status& e : errors) CKFMT_RETURN_IF_ERROR(e);
+  }
+  return Status::OK();
+}
+
 // Cuts this rank's owned pieces into chunks, encoding and checksumming
 // them on the pool.
 Result<std::vector<LocalPiece>> MakeChunks(const SaveContext& ctx) {
@@ -86,7 +158,7 @@ Result<std::vector<LocalPiece>> MakeChunks(const SaveContext& ctx) {
   std::vector<LocalPiece> pieces;
   for (size_t i = 0; i < ctx.plan.entries.size(); ++i) {
     if (!ctx.local_data[i]) continue;
-    LocalPiece p{i, *ctx.local_region[i], {}};
+    LocalPiece p{i, *ctx.local_region[i], ctx.local_device[i], {}};
     SplitPiece(ctx, &p, nullptr);
     pieces.push_back(std::move(p));
   }
@@ -94,31 +166,23 @@ Result<std::vector<LocalPiece>> MakeChunks(const SaveContext& ctx) {
   // chunk as it copies it; with one, encode (and checksum) on the pool.
   if (so.codec == Codec::kNone) return pieces;
   ThreadPool pool(so.io.threads);
-  std::vector<LocalChunk*> all;
+  std::vector<LocalChunk*> host;
+  std::vector<std::pair<const LocalPiece*, LocalChunk*>> device;
   for (auto& p : pieces) {
-    for (auto& c : p.chunks) all.push_back(&c);
+    for (auto& c : p.chunks) {
+      if (c.on_device) {
+        device.emplace_back(&p, &c);
+      } else {
+        host.push_back(&c);
+      }
+    }
   }
-  std::vector<Status> errors(all.size());
-  pool.ParallelFor(all.size(), [&](size_t k) {
-    LocalChunk& c = *all[k];
-    std::string out(MaxEncodedSize(so.codec, c.raw_size), '\0');
-    auto n = EncodeChunk(so.codec, so.level, c.element_size, c.stored, c.raw_size, out.data(),
-                         out.size());
-    if (!n.ok()) {
-      errors[k] = n.status();
-      return;
-    }
-    if (*n < c.raw_size) {  // chunks that do not shrink stay raw
-      out.resize(*n);
-      c.encoded = std::move(out);
-      c.stored = reinterpret_cast<const uint8_t*>(c.encoded.data());
-      c.stored_size = *n;
-      c.codec = static_cast<uint8_t>(so.codec);
-    }
-    c.checksum = Checksum(c.stored, c.stored_size);
-    c.has_checksum = true;
+  std::vector<Status> errors(host.size());
+  pool.ParallelFor(host.size(), [&](size_t k) {
+    errors[k] = EncodeLocalChunk(so, host[k]->stored, host[k]);
   });
   for (const Status& s : errors) CKFMT_RETURN_IF_ERROR(s);
+  CKFMT_RETURN_IF_ERROR(EncodeDeviceChunks(ctx, pool, device));
   return pieces;
 }
 
@@ -130,12 +194,28 @@ uint64_t RangeBytes(const std::vector<LocalPiece>& pieces) {
   return n;
 }
 
+// Copies chunk `c` from `device` into `dst`, a place in `slots`, and waits.
+// Sets up `staging` on first use, pinning the slots.
+Status CopyFromDevice(Device device, const LocalChunk& c, const std::vector<AlignedBuffer>& slots,
+                      uint8_t* dst, std::unique_ptr<DeviceStaging>* staging) {
+  if (!*staging) {
+    CKFMT_ASSIGN_OR_RETURN(*staging, DeviceStaging::For(device));
+    CKFMT_RETURN_IF_ERROR((*staging)->PinSlots(slots));
+  }
+  CKFMT_ASSIGN_OR_RETURN(DeviceStream * stream, (*staging)->Stream(device));
+  CKFMT_RETURN_IF_ERROR(stream->CopyToHost(dst, c.stored, c.stored_size));
+  return stream->Synchronize();
+}
+
 // Writes the chunks from `base` on, recording each chunk's offset.
 // Streams through the engine's staging slots and I/O backend (io_uring
-// where available), as a single-process save does.
-Status WriteRange(const File& file, uint64_t base, const IoOptions& io,
+// where available), as a single-process save does; chunks still on a GPU
+// are copied device -> staging slot (pinned) -> disk.
+Status WriteRange(const SaveContext& ctx, const File& file, uint64_t base,
                   const std::vector<LocalPiece>& pieces, std::vector<PieceRecord>* records,
-                  uint32_t rank, std::string* io_path) {
+                  std::string* io_path) {
+  const IoOptions& io = ctx.options.save.io;
+  const auto rank = static_cast<uint32_t>(ctx.rank());
   uint64_t largest = 0;
   for (const LocalPiece& p : pieces) {
     for (const LocalChunk& c : p.chunks) largest = std::max(largest, c.stored_size);
@@ -144,12 +224,21 @@ Status WriteRange(const File& file, uint64_t base, const IoOptions& io,
   const size_t slots = std::max<size_t>(3, io.staging_bytes / block);
   CKFMT_ASSIGN_OR_RETURN(auto out, StagedOutput::Create(file, io, block, slots, base));
   *io_path = out->io_name();
+  std::unique_ptr<DeviceStaging> device;  // after `out`: unpins its slots first
   for (const LocalPiece& p : pieces) {
     PieceRecord rec{rank, p.region, {}};
     for (const LocalChunk& c : p.chunks) {
-      uint64_t sum = c.has_checksum ? c.checksum : Checksum(c.stored, c.stored_size);
       CKFMT_ASSIGN_OR_RETURN(auto space, out->Reserve(c.stored_size));
-      std::memcpy(space.data, c.stored, c.stored_size);
+      if (c.on_device) {
+        Status copied = CopyFromDevice(p.device, c, out->slots(), space.data, &device);
+        if (!copied.ok()) {
+          return copied.WithContext(FormatKeyPath(ctx.plan.entries[p.entry].path) + " on " +
+                                    DeviceName(p.device));
+        }
+      } else {
+        std::memcpy(space.data, c.stored, c.stored_size);
+      }
+      uint64_t sum = c.has_checksum ? c.checksum : Checksum(space.data, c.stored_size);
       out->Commit(c.stored_size);
       rec.chunks.push_back({space.file_offset, c.stored_size, c.raw_size, sum, c.codec});
       CKFMT_RETURN_IF_ERROR(out->SubmitReady());
@@ -344,8 +433,7 @@ Status ParallelSave(SaveContext& ctx) {
   const double t_prepare = since(t_start);
   auto t_write = Clock::now();
   std::vector<PieceRecord> records;
-  local = WriteRange(*file, base, so.io, pieces, &records, static_cast<uint32_t>(ctx.rank()),
-                     &ctx.stats.io_path);
+  local = WriteRange(ctx, *file, base, pieces, &records, &ctx.stats.io_path);
   const double write_s = since(t_write);
   if (local.ok()) local = ctx.Hook("data");
   auto t_sync = Clock::now();

@@ -56,7 +56,7 @@ uint64_t PlanEntry::ByteSize() const {
 }
 
 Result<std::vector<LocalEntry>> DescribeLocalState(const Value& state, int rank, bool checksums,
-                                                   int device) {
+                                                   GpuTensorPolicy gpu) {
   if (!state.is_dict()) {
     return Status::InvalidArgument(std::string("the local state must be a dict, got a ") +
                                    ValueKindName(state.kind()));
@@ -76,15 +76,17 @@ Result<std::vector<LocalEntry>> DescribeLocalState(const Value& state, int rank,
       case Value::Kind::kTensor: {
         const Tensor& t = v.as_tensor();
         const bool on_device = t.device().type != DeviceType::kCPU;
-        if (on_device && device < 0) {
+        using Allow = GpuTensorPolicy::Allow;
+        if (on_device && gpu.allow == Allow::kNone) {
           return fail("is on " + DeviceName(t.device()) +
-                      ": GPU tensors need DistSaveOptions::device_comm");
+                      ": GPU tensors need DistSaveOptions::device_comm in the flattened mode");
         }
-        if (on_device && t.device().index != device) {
+        if (on_device && gpu.allow == Allow::kOneDevice && t.device().index != gpu.device) {
           return fail("is on " + DeviceName(t.device()) + " but the device communicator is on " +
-                      DeviceName(Device{DeviceType::kCUDA, device}));
+                      DeviceName(Device{DeviceType::kCUDA, gpu.device}));
         }
         e.on_device = on_device;
+        e.device = t.device();
         if (t.numel() > 0 && !t.data()) return fail("tensor has no data");
         e.sharded = t.shard().has_value();
         e.dtype = t.dtype();
@@ -238,7 +240,8 @@ bool SameScalar(const PlanEntry& a, const LocalEntry& b) {
 }  // namespace
 
 Result<GlobalPlan> MergePlans(const std::vector<std::vector<LocalEntry>>& per_rank,
-                              ReplicaCheck check, const std::string& file) {
+                              ReplicaCheck check, const std::string& file,
+                              bool one_memory_space) {
   std::vector<Merging> merged;
   std::vector<size_t> top;  // children of the root
   std::map<KeyPath, size_t> pos;
@@ -332,6 +335,7 @@ Result<GlobalPlan> MergePlans(const std::vector<std::vector<LocalEntry>>& per_ra
     // GPUs or all on the host.
     p.on_device = !p.owners.empty() && p.owners.front().on_device;
     for (const Source& o : p.owners) {
+      if (!one_memory_space) break;
       if (o.on_device != p.on_device) {
         error(p.path, "rank " + std::to_string(p.owners.front().rank) + " holds its shard on " +
                           (p.on_device ? "a GPU" : "the host") + ", rank " +

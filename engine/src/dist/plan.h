@@ -28,13 +28,22 @@ struct LocalEntry {
   uint64_t checksum = 0;
   bool on_device = false;      // a GPU tensor (data is a device pointer)
   const void* data = nullptr;  // local only, never sent
+  Device device;               // local only: where `data` is
+};
+
+// Which GPU tensors a rank may pass (DescribeLocalState): none, those on
+// one CUDA device (the device communicator's), or any (the parallel mode,
+// where each rank writes its own).
+struct GpuTensorPolicy {
+  enum class Allow : uint8_t { kNone, kOneDevice, kAny } allow = Allow::kNone;
+  int device = -1;  // kOneDevice
 };
 
 // Describes `state` (a dict) in pre-order, checking that every tensor is a
-// usable host tensor, or a tensor on CUDA device `device` when that is >= 0
-// (the device communicator's). `rank` names this rank in messages.
+// usable host tensor or a GPU tensor that `gpu` allows. `rank` names this
+// rank in messages.
 Result<std::vector<LocalEntry>> DescribeLocalState(const Value& state, int rank, bool checksums,
-                                                   int device = -1);
+                                                   GpuTensorPolicy gpu = {});
 
 std::string EncodeLocalPlan(const std::vector<LocalEntry>& entries);
 Result<std::vector<LocalEntry>> DecodeLocalPlan(const std::string& bytes, int rank);
@@ -58,7 +67,7 @@ struct PlanEntry {
   bool sharded = false;
   std::vector<Source> layout;  // sharded: every holding rank's region, by rank
   std::vector<Source> owners;  // data entries: disjoint, covering the tensor once
-  bool on_device = false;      // the owners hold it on their GPUs (all or none)
+  bool on_device = false;      // the owners hold it on their GPUs (flattened: all or none)
 
   bool HasData() const { return kind == EntryKind::kTensor || kind == EntryKind::kBytes; }
   uint64_t ElementSize() const { return DTypeSize(dtype); }
@@ -72,9 +81,12 @@ struct GlobalPlan {
 // Merges every rank's local plan (indexed by rank) into the global plan:
 // union of the entries in order of first appearance (rank 0 first), kinds,
 // dtypes and shapes checked across ranks, replicated entries owned by the
-// lowest rank, shards deduplicated and checked to tile each tensor.
+// lowest rank, shards deduplicated and checked to tile each tensor. With
+// `one_memory_space`, a tensor's owners must all hold it on GPUs or all on
+// the host (the flattened mode gathers each tensor over one communicator).
 Result<GlobalPlan> MergePlans(const std::vector<std::vector<LocalEntry>>& per_rank,
-                              ReplicaCheck check, const std::string& file);
+                              ReplicaCheck check, const std::string& file,
+                              bool one_memory_space = true);
 
 std::string EncodeGlobalPlan(const GlobalPlan& plan);
 Result<GlobalPlan> DecodeGlobalPlan(const std::string& bytes);

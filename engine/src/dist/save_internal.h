@@ -21,6 +21,7 @@ struct SaveContext {
   // this rank (nullptr if it owns none), and that region.
   std::vector<const uint8_t*> local_data;
   std::vector<const Region*> local_region;
+  std::vector<Device> local_device;  // where local_data is (kCPU if none)
   DistSaveStats stats;
 
   int rank() const { return comm.rank(); }

@@ -21,7 +21,12 @@
 //    pieces and the footer, then commits. REQUIRES: the directory is on a
 //    file system all ranks share. With a codec, a rank encodes its chunks
 //    in memory before the offsets are agreed (extra memory: its encoded
-//    shards).
+//    shards). GPU tensors need no device communicator here: each rank
+//    copies its own device -> staging slot (pinned) -> disk, and with a
+//    codec encodes from pinned bounce buffers (one chunk per worker); a
+//    chunk that does not shrink is copied from the device again when
+//    written, so the host holds only the encoded ones. A tensor's shards
+//    may be on GPUs on some ranks and on the host on others.
 //
 // Failure: every step ends with an agreement (Communicator::AgreeOnStatus),
 // every wait is bounded by the communicator's timeout (a rank waiting for
@@ -68,14 +73,15 @@ struct DistSaveOptions {
   // than a bucket is gathered whole.
   uint64_t memory_budget = 512ull << 20;
   ReplicaCheck replica_check = ReplicaCheck::kMetadata;
-  // GPU tensors in `local_state` (kFlattened only): a device communicator
+  // GPU tensors in `local_state`, kFlattened: a device communicator
   // (MakeNcclCommunicator) over the same ranks in the same order as the
   // host `comm`, on the CUDA device that holds this rank's GPU tensors.
   // Their data is gathered over it to rank 0 into device buffers (two
   // buckets; the communicator adds scratch of one bucket on every rank) and
   // goes from there device -> pinned staging slot -> disk. Agreement,
   // plans, host tensors and byte blobs stay on `comm`. Either every rank
-  // passes one or none does. nullptr: GPU tensors are refused.
+  // passes one or none does. nullptr: GPU tensors are refused. kParallel
+  // does not use it (it is still checked when given).
   Communicator* device_comm = nullptr;
   // Testing only: called on every rank at named points ("plan", "bucket"
   // with the bucket number, "data", "commit"); a non-OK result is that
@@ -99,9 +105,9 @@ struct DistSaveStats {
 
 // Saves the union of every rank's `local_state` to `path`. Collective.
 // REQUIRES: a host communicator; `local_state` a dict of host tensors, and
-// of GPU tensors where options.device_comm is given; all ranks pass the
-// same path and options (rank 0's are used where they differ). Returns the
-// same status on every rank that survives.
+// of GPU tensors in kParallel or where options.device_comm is given; all
+// ranks pass the same path and options (rank 0's are used where they
+// differ). Returns the same status on every rank that survives.
 Result<DistSaveStats> DistSave(Communicator& comm, const std::string& path,
                                const Value& local_state, const DistSaveOptions& options = {});
 
