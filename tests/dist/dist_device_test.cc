@@ -265,6 +265,27 @@ TEST_F(DistDeviceSave, AFailedDeviceCopyLeavesNoFile) {
   EXPECT_TRUE(verified->ok());
 }
 
+// A GPU too full for rank 0's gather buffers: the save fails, saying what
+// it could not allocate, and the older checkpoint stays.
+TEST_F(DistDeviceSave, AGatherBufferThatCannotBeAllocatedLeavesTheOldFile) {
+  Value local = ckfmt_test::ToDevice(ops(), MakeFullState(14), 0, IsCounter);
+  SingleCommunicator comm;
+  SimulatedDeviceComm device_comm(comm, ops(), 0);
+  ASSERT_TRUE(DistSave(comm, File("ck"), local, Small(&device_comm)).ok());
+  const auto before = fs::file_size(File("ck"));
+  ops().FailAllocations(true);
+  auto stats = DistSave(comm, File("ck"), local, Small(&device_comm));
+  ops().FailAllocations(false);
+  ASSERT_EQ(stats.status().code(), StatusCode::kIOError);
+  EXPECT_NE(stats.status().message().find("a gather buffer of "), std::string::npos)
+      << stats.status().ToString();
+  EXPECT_NE(stats.status().message().find("on cuda:0"), std::string::npos);
+  EXPECT_NE(stats.status().message().find("out of memory (injected)"), std::string::npos);
+  EXPECT_EQ(fs::file_size(File("ck")), before);
+  EXPECT_EQ(ListDir(dir_), std::vector<std::string>{"ck"});
+  EXPECT_EQ(ops().allocations(), ckfmt_test::CountDeviceTensors(local));
+}
+
 // The resharding load's reconstructed shards land on the GPU when the load
 // options say so: optimizer state the trainer lacks comes back sharded and
 // on its device.

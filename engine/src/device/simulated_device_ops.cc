@@ -133,6 +133,11 @@ Result<void*> SimulatedDeviceOps::Allocate(int device, size_t n) {
   if (device < 0 || device >= options_.devices) {
     return Status::InvalidArgument("simulated device " + std::to_string(device) + " does not exist");
   }
+  if (fail_allocations_) {
+    // As the CUDA backend reports a failed cudaMalloc.
+    return Status::IOError("allocation of " + std::to_string(n) + " bytes on simulated device " +
+                           std::to_string(device) + ": out of memory (injected)");
+  }
   size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   size_t size = std::max<size_t>(page, (n + page - 1) / page * page);
   // Two views of the same pages: the device address, inaccessible to the

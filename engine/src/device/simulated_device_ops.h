@@ -8,7 +8,7 @@
 //    reusing a source before its copy ran, gives wrong bytes;
 //  - a copy whose host side is not pinned fails (no pageable memory on the
 //    path), as does a copy whose device side is not device memory;
-//  - a copy can be made to fail, to test error paths.
+//  - a copy or an allocation can be made to fail, to test error paths.
 #pragma once
 
 #include <atomic>
@@ -48,6 +48,8 @@ class SimulatedDeviceOps final : public DeviceOps {
   // one fail with an error; 0 disables.
   void FailCopiesFrom(uint64_t k) { fail_from_ = k; }
   void set_copy_delay(std::chrono::microseconds d) { options_.copy_delay = d; }
+  // While set, every Allocate() fails as a full GPU's would.
+  void FailAllocations(bool fail) { fail_allocations_ = fail; }
 
   uint64_t copies() const { return copies_; }
   uint64_t bytes_to_host() const { return to_host_; }
@@ -78,6 +80,7 @@ class SimulatedDeviceOps final : public DeviceOps {
   std::map<uintptr_t, size_t> pinned_;  // by host address
   std::string violations_;
   std::atomic<uint64_t> copies_{0}, to_host_{0}, to_device_{0}, fail_from_{0};
+  std::atomic<bool> fail_allocations_{false};
 };
 
 }  // namespace ckfmt
