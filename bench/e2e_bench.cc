@@ -394,9 +394,9 @@ int main(int argc, char** argv) {
     blocks.resize(std::min<size_t>(blocks.size(), std::filesystem::file_size(path) / kRawBlock));
     if (blocks.empty()) return;
     DropCache(path);
-    const long d0 = DiskBusyMs(args.dir);
+    const DiskCounters d0 = ReadDiskCounters(args.dir);
     const double t = RawReadInto(path, blocks);
-    s.Busy(d0, DiskBusyMs(args.dir), t);
+    s.Disk(d0, ReadDiskCounters(args.dir), t);
     s.gibs.push_back(double(blocks.size() * kRawBlock) / kGiB / t);
     std::printf("  run %d: %-36s %6.3f GiB/s\n", run, s.name.c_str(), s.gibs.back());
   };
@@ -460,9 +460,9 @@ int main(int argc, char** argv) {
   // Writes the state's size in 4 MiB blocks to a fresh file.
   auto do_raw_write = [&](Series& s, int run) {
     RemoveAndSettle(raw_path);
-    const long d0 = DiskBusyMs(args.dir);
+    const DiskCounters d0 = ReadDiskCounters(args.dir);
     const double t = RawTransfer(raw_path, raw_bytes, /*write=*/true, rawio);
-    s.Busy(d0, DiskBusyMs(args.dir), t);
+    s.Disk(d0, ReadDiskCounters(args.dir), t);
     s.gibs.push_back(double(raw_bytes) / kGiB / t);
     std::printf("  run %d: %-36s %6.3f GiB/s\n", run, s.name.c_str(), s.gibs.back());
     RemoveAndSettle(raw_path);
@@ -473,9 +473,9 @@ int main(int argc, char** argv) {
     DropCache(path);
     const uint64_t bytes = std::filesystem::file_size(path) / kRawBlock * kRawBlock;
     if (bytes == 0) return;
-    const long d0 = DiskBusyMs(args.dir);
+    const DiskCounters d0 = ReadDiskCounters(args.dir);
     const double t = RawTransfer(path, bytes, /*write=*/false, rawio);
-    s.Busy(d0, DiskBusyMs(args.dir), t);
+    s.Disk(d0, ReadDiskCounters(args.dir), t);
     s.gibs.push_back(double(bytes) / kGiB / t);
     std::printf("  run %d: %-36s %6.3f GiB/s\n", run, s.name.c_str(), s.gibs.back());
   };
@@ -533,21 +533,21 @@ int main(int argc, char** argv) {
   const auto b0 = Clock::now();
   for (int run = 0; run < args.runs; ++run) {
     warm_up_writes();
-    long d0 = DiskBusyMs(args.dir);
+    DiskCounters d0 = ReadDiskCounters(args.dir);
     const double tw = RawTransfer(raw_path, raw_bytes, /*write=*/true, rawio);
-    raw_w.Busy(d0, DiskBusyMs(args.dir), tw);
+    raw_w.Disk(d0, ReadDiskCounters(args.dir), tw);
     raw_w.gibs.push_back(double(raw_bytes) / kGiB / tw);
     DropCache(raw_path);
-    d0 = DiskBusyMs(args.dir);
+    d0 = ReadDiskCounters(args.dir);
     const double tr = RawTransfer(raw_path, raw_bytes, /*write=*/false, rawio);
-    raw_r.Busy(d0, DiskBusyMs(args.dir), tr);
+    raw_r.Disk(d0, ReadDiskCounters(args.dir), tr);
     raw_r.gibs.push_back(double(raw_bytes) / kGiB / tr);
     DropCache(raw_path);
     {
       BusyCores busy;
-      d0 = DiskBusyMs(args.dir);
+      d0 = ReadDiskCounters(args.dir);
       const double tb = RawTransfer(raw_path, raw_bytes, /*write=*/false, rawio);
-      raw_r_busy.Busy(d0, DiskBusyMs(args.dir), tb);
+      raw_r_busy.Disk(d0, ReadDiskCounters(args.dir), tb);
       raw_r_busy.gibs.push_back(double(raw_bytes) / kGiB / tb);
     }
     RemoveAndSettle(raw_path);
@@ -600,11 +600,18 @@ int main(int argc, char** argv) {
     }
     return r.Median();
   };
-  std::printf("%-48s %8s %8s %8s %8s %8s %9s %6s %6s\n", "measurement (GiB/s, logical bytes)",
-              "median", "min", "max", "vs raw", "paired", "+RSS MiB", "cores", "disk");
+  std::printf("%-48s %8s %8s %8s %8s %8s %9s %6s %6s %5s %7s\n",
+              "measurement (GiB/s, logical bytes)", "median", "min", "max", "vs raw", "paired",
+              "+RSS MiB", "cores", "disk", "QD", "req KiB");
+  auto median_of = [](const std::vector<double>& v, const char* fmt, char* out, size_t n) {
+    if (!v.empty()) std::snprintf(out, n, fmt, Series::MedianOf(v));
+  };
   auto row = [&](const Series& s, const Series* ref) {
     if (s.gibs.empty()) return;
     char ratio[32] = "", pair[32] = "", rss[32] = "", cores[32] = "", busy[32] = "";
+    char depth[32] = "", req[32] = "";
+    median_of(s.depth, "%.1f", depth, sizeof depth);
+    median_of(s.request_kib, "%.0f", req, sizeof req);
     if (ref) std::snprintf(ratio, sizeof ratio, "%.2fx", s.Median() / ref->Median());
     if (ref) std::snprintf(pair, sizeof pair, "%.2fx", paired(s, *ref));
     if (s.peak_delta_mib >= 0) std::snprintf(rss, sizeof rss, "%.0f", s.peak_delta_mib);
@@ -618,8 +625,8 @@ int main(int argc, char** argv) {
       std::sort(b.begin(), b.end());
       std::snprintf(busy, sizeof busy, "%.0f%%", 100 * b[b.size() / 2]);
     }
-    std::printf("%-48s %8.3f %8.3f %8.3f %8s %8s %9s %6s %6s\n", s.name.c_str(), s.Median(),
-                s.Min(), s.Max(), ratio, pair, rss, cores, busy);
+    std::printf("%-48s %8.3f %8.3f %8.3f %8s %8s %9s %6s %6s %5s %7s\n", s.name.c_str(),
+                s.Median(), s.Min(), s.Max(), ratio, pair, rss, cores, busy, depth, req);
   };
   row(raw_w, nullptr);
   row(raw_r, nullptr);
@@ -654,6 +661,9 @@ int main(int argc, char** argv) {
               "'cores' = median of (process CPU time / wall time) during the operation.\n"
               "'disk' = median of (time the disk had I/O in flight / wall time): below 100%%\n"
               "         the disk sat idle part of the time, waiting for this process.\n"
+              "'QD' = median of the requests the disk had in flight on average while busy;\n"
+              "'req KiB' = median of the mean request size (the block layer splits requests\n"
+              "         at max_sectors_kb and max_segments).\n"
               "All rows count logical bytes: a compressed row above 1.00x is faster than the disk.\n");
   for (const CodecRows& cr : rows) {
     std::printf("  %-16s file %8.1f MiB, logical/stored %.3fx\n",

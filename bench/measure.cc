@@ -121,18 +121,27 @@ void WarmCache(const std::string& path) {
   ::close(fd);
 }
 
-long DiskBusyMs(const std::string& dir) {
+DiskCounters ReadDiskCounters(const std::string& dir) {
+  DiskCounters c;
   struct stat st{};
-  if (::stat(dir.c_str(), &st) != 0) return -1;
+  if (::stat(dir.c_str(), &st) != 0) return c;
   std::string p = "/sys/dev/block/" + std::to_string(major(st.st_dev)) + ":" +
                   std::to_string(minor(st.st_dev)) + "/stat";
   FILE* f = std::fopen(p.c_str(), "r");
-  if (!f) return -1;
-  long v[10] = {};
+  if (!f) return c;
+  // reads, merged, sectors, ms; writes, merged, sectors, ms; in flight,
+  // io_ticks, time_in_queue (Documentation/block/stat.rst).
+  double v[11] = {};
   int got = 0;
-  for (int i = 0; i < 10 && std::fscanf(f, "%ld", &v[i]) == 1; ++i) got = i + 1;
+  for (int i = 0; i < 11 && std::fscanf(f, "%lf", &v[i]) == 1; ++i) got = i + 1;
   std::fclose(f);
-  return got == 10 ? v[9] : -1;
+  if (got < 11) return c;
+  c.known = true;
+  c.requests = v[0] + v[4];
+  c.sectors = v[2] + v[6];
+  c.busy_ms = v[9];
+  c.in_flight_ms = v[10];
+  return c;
 }
 
 void RemoveAndSettle(const std::string& path) {
@@ -241,14 +250,14 @@ double RawReadInto(const std::string& path, const std::vector<void*>& blocks) {
 
 OpMeter::OpMeter(std::string dir)
     : dir_(std::move(dir)), rss0_(CurrentRssMiB()), cpu0_(0), hwm_(ResetPeakRss()),
-      disk0_(DiskBusyMs(dir_)) {
+      disk0_(ReadDiskCounters(dir_)) {
   cpu0_ = CpuSeconds();
   t0_ = Clock::now();
 }
 
 double OpMeter::Stop(Series& s) {
   const double seconds = Seconds(t0_, Clock::now());
-  s.Busy(disk0_, DiskBusyMs(dir_), seconds);
+  s.Disk(disk0_, ReadDiskCounters(dir_), seconds);
   s.cores.push_back((CpuSeconds() - cpu0_) / seconds);
   if (hwm_) s.Rss(rss0_);
   return seconds;

@@ -42,11 +42,19 @@ void* AlignedAlloc(size_t n);
 void DropCache(const std::string& path);
 // Reads `path` through the page cache, so the next read is warm.
 void WarmCache(const std::string& path);
-// Milliseconds the block device under `dir` has had I/O in flight
-// (io_ticks of /sys/dev/block/M:m/stat); -1 if unknown. Busy time over wall
-// time tells a pipeline that leaves the disk idle from a disk that is
-// simply slower in this run.
-long DiskBusyMs(const std::string& dir);
+// The counters of the block device under a directory
+// (/sys/dev/block/M:m/stat). Busy time over wall time tells a pipeline that
+// leaves the disk idle from a disk that is simply slower in this run; the
+// requests in flight and their size tell whether the disk was given as
+// much work at once as the raw baseline gives it.
+struct DiskCounters {
+  bool known = false;
+  double busy_ms = 0;      // time with I/O in flight (io_ticks)
+  double in_flight_ms = 0; // the sum over requests of their time in flight
+  double requests = 0;     // reads and writes completed
+  double sectors = 0;      // 512-byte sectors read and written
+};
+DiskCounters ReadDiskCounters(const std::string& dir);
 // Removes `path` and waits for the file system to finish with it: on a disk
 // mounted with online discard, freeing a GiB queues TRIMs that would
 // otherwise slow whichever write is timed next.
@@ -101,8 +109,13 @@ struct Series {
   double peak_delta_mib = -1;      // max over runs of (peak RSS during the op - RSS before)
   std::vector<double> cores = {};  // CPU seconds / wall seconds per run
   std::vector<double> busy = {};   // disk busy time / wall time per run
-  void Busy(long ms0, long ms1, double seconds) {
-    if (ms0 >= 0 && ms1 >= ms0) busy.push_back(double(ms1 - ms0) / 1e3 / seconds);
+  std::vector<double> depth = {};  // requests in flight on average while busy, per run
+  std::vector<double> request_kib = {};  // mean request size per run
+  void Disk(const DiskCounters& a, const DiskCounters& b, double seconds) {
+    if (!a.known || !b.known || b.busy_ms < a.busy_ms) return;
+    busy.push_back((b.busy_ms - a.busy_ms) / 1e3 / seconds);
+    if (b.busy_ms > a.busy_ms) depth.push_back((b.in_flight_ms - a.in_flight_ms) / (b.busy_ms - a.busy_ms));
+    if (b.requests > a.requests) request_kib.push_back((b.sectors - a.sectors) / 2 / (b.requests - a.requests));
   }
   void Rss(double before_mib) { peak_delta_mib = std::max(peak_delta_mib, HwmMiB() - before_mib); }
   double Median() const { return MedianOf(gibs); }
@@ -129,7 +142,7 @@ class OpMeter {
   std::string dir_;
   double rss0_, cpu0_;
   bool hwm_;
-  long disk0_;
+  DiskCounters disk0_;
   Clock::time_point t0_;
 };
 
