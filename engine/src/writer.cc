@@ -135,18 +135,23 @@ Status CheckpointWriter::Impl::Open() {
   batch_max_ = opts_.codec == Codec::kNone ? std::max<size_t>(1, pool_.size() - 1)
                                            : 2 * size_t{pool_.size()};
   const size_t budget = std::max<size_t>(2, opts_.io.staging_bytes / block);
-  // The budget bounds the writes in flight, and a quarter of it more (at
-  // least two slots) is filled ahead: a virtual disk that ends its whole
-  // queue in one burst gets those back at once, where slots filled only
-  // after their writes ended leave the queue short by a copy's time per
-  // slot. A/B, 4 alternations of ckfmt-bench-e2e --codecs none --runs 5
-  // with four such slots: save 0.93-1.00x (paired) its raw write, against
-  // 0.88-0.92x without; two, four and eight then measured alike.
+  // The budget bounds the writes in flight, and more slots are filled
+  // ahead: a virtual disk that ends its whole queue in one burst gets those
+  // back at once, where slots filled only after their writes ended leave
+  // the queue short by a copy's time per slot. Uncompressed saves fill a
+  // whole budget ahead. The virtio disk here ends 8 writes of 4 MiB at
+  // once; with a quarter of the budget ahead (2 slots) the other 6 waited
+  // for their copies, and the disk had 7.2-7.4 writes in flight on average
+  // against the raw write's 8.0 (ckfmt-bench-e2e's QD column). With the
+  // whole budget: 7.7-7.8, and save / raw write, paired, 0.95-1.01
+  // against 0.87-0.93 (3 alternations of --codecs none --runs 3).
   // Compressed saves did as well with 4 writes in flight while encoding
   // was the bottleneck; once it was not, the whole budget in flight
   // measured 1.13-1.15x the paired raw write against 0.96-1.09x with 4
-  // (3 alternations of --codecs byteplane-zstd).
-  const size_t ahead = std::max<size_t>(2, budget / 4);
+  // (3 alternations of --codecs byteplane-zstd). Their encoders fill
+  // slots while the disk writes, and a quarter of the budget ahead keeps
+  // the disk at 8.0 in flight.
+  const size_t ahead = opts_.codec == Codec::kNone ? budget : std::max<size_t>(2, budget / 4);
   const size_t write_limit = budget;
   size_t slots;
   if (opts_.codec == Codec::kNone) {

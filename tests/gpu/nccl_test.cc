@@ -1,10 +1,11 @@
 // The NCCL communicator on one GPU, as one rank: creation through a host
 // bootstrap, every collective on device buffers, the host-value operations
 // (AllReduce, AgreeOnStatus), and the flattened DistSave of GPU tensors
-// through it (and the parallel one, which needs no device communicator). NCCL refuses two ranks on one GPU, so gathers between ranks
-// need a machine with several GPUs (tests/dist runs them across MPI ranks
-// on the simulated device); with one rank these check the backend's own
-// work (packing, scatter, polling, host staging) and the save's use of
+// through it (beside the parallel one, which needs no device
+// communicator). NCCL refuses two ranks on one GPU, so gathers between
+// ranks need a machine with several GPUs (tests/dist runs them across MPI
+// ranks on the simulated device); with one rank these check the backend's
+// own work (packing, scatter, polling, host staging) and the save's use of
 // it. Skips, saying why, without a GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>

@@ -21,8 +21,9 @@ struct IoOptions {
   // there, and fewer than ~16 MiB in flight cannot keep a disk busy.
   uint64_t block_size = 4ull << 20;      // bytes per I/O request (reads: at most)
   // Bytes of I/O in flight (block_size multiples). Uncompressed writes
-  // keep at most this in flight and fill a quarter more (two blocks at
-  // least) ahead; compressed ones stage this. Reads keep about this much in
+  // keep at most this in flight and fill as much again ahead (so the save
+  // stages 2 * staging_bytes + one block per copying thread); compressed
+  // ones stage this and a quarter more. Reads keep about this much in
   // flight and hold as much again, plus one request, for the data being
   // verified and copied out meanwhile (so a file larger than this is read
   // with 2 * staging_bytes + block_size).
