@@ -103,14 +103,12 @@ void CopyUncached(void* dst, const void* src, size_t size) {
   StoreFence();
 }
 
-uint64_t CopyAndChecksum(void* dst, const void* src, size_t size) {
-  if (size <= kBlock) {
-    std::memcpy(dst, src, size);
-    return Hash(dst, size);
-  }
+namespace {
+
+// Copies and hashes into `state` block by block, each block hashed while it
+// is in cache.
+void CopyAndHash(XXH3_state_t* state, void* dst, const void* src, size_t size) {
   const bool stream = size >= kMinUncachedBytes;
-  XXH3_state_t state;
-  XXH3_64bits_reset(&state);
   auto* d = static_cast<uint8_t*>(dst);
   const auto* s = static_cast<const uint8_t*>(src);
   for (size_t off = 0; off < size; off += kBlock) {
@@ -118,13 +116,29 @@ uint64_t CopyAndChecksum(void* dst, const void* src, size_t size) {
     if (stream) {
       // The source block is in cache after the copy; the destination is not.
       StreamBlock(d + off, s + off, n);
-      HashUpdate(&state, s + off, n);
+      HashUpdate(state, s + off, n);
     } else {
       std::memcpy(d + off, s + off, n);
-      HashUpdate(&state, d + off, n);
+      HashUpdate(state, d + off, n);
     }
   }
   if (stream) StoreFence();
+}
+
+}  // namespace
+
+void ChecksumStream::CopyAndUpdate(void* dst, const void* src, size_t size) {
+  CopyAndHash(&state_->xxh, dst, src, size);
+}
+
+uint64_t CopyAndChecksum(void* dst, const void* src, size_t size) {
+  if (size <= kBlock) {
+    std::memcpy(dst, src, size);
+    return Hash(dst, size);
+  }
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  CopyAndHash(&state, dst, src, size);
   return XXH3_64bits_digest(&state);
 }
 

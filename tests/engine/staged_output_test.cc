@@ -172,6 +172,27 @@ TEST_F(AllocateAheadTest, ReportsEveryFinishedWrite) {
   EXPECT_EQ(writes, (expected.size() + 4 * kMiB - 1) / (4 * kMiB)) << "one report per slot written";
 }
 
+// Poll() reaps finished writes and starts released ones without a
+// Reserve(), Put() or Finish(): what a caller in the middle of a long copy
+// relies on to hand a disk that finished its queue more work.
+TEST_F(AllocateAheadTest, PollStartsReleasedWritesAsOthersFinish) {
+  uint64_t writes = 0;
+  (*out)->OnWritten([&](uint64_t) { ++writes; });
+  (*out)->LimitWrites(1);  // one write in flight; the others wait for it
+  std::vector<std::vector<uint8_t>> chunks;
+  for (uint32_t i = 0; i < 2; ++i) chunks.push_back(RandomBytes(4 * kMiB, 60 + i));
+  const std::vector<uint8_t> expected = PutAll(**out, chunks);
+  // Both slots are released; only Poll() moves them on from here.
+  for (int i = 0; i < 5000 && writes < 2; ++i) {
+    ASSERT_TRUE((*out)->Poll().ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(writes, 2u);
+  ASSERT_TRUE((*out)->Finish().ok());
+  ASSERT_TRUE(file->Close().ok());
+  EXPECT_TRUE(ckfmt_test::ReadFileBytes(path) == std::string(expected.begin(), expected.end()));
+}
+
 // Waits up to a few seconds for `sb` to have synced `n` times.
 bool WaitForSyncs(const SyncBehind& sb, uint64_t n) {
   for (int i = 0; i < 5000 && sb.syncs() < n; ++i) {

@@ -315,6 +315,22 @@ TEST(ChecksumTest, StreamMatchesChecksumHoweverTheBytesAreSplit) {
   }
 }
 
+TEST(ChecksumTest, CopyAndUpdateCopiesAndMatchesChecksumHoweverSplit) {
+  // Pieces below and above the size from which copies store around the cache.
+  std::vector<uint8_t> src(700000), dst(src.size() + 1);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t(i * 2654435761u >> 9);
+  for (size_t piece : {1ul, 4096ul, 65537ul, 262144ul, 300001ul, 700000ul}) {
+    std::fill(dst.begin(), dst.end(), 0xEE);
+    ChecksumStream s;
+    for (size_t at = 0; at < src.size(); at += piece) {
+      s.CopyAndUpdate(dst.data() + at, src.data() + at, std::min(piece, src.size() - at));
+    }
+    EXPECT_EQ(s.Digest(), Checksum(src.data(), src.size())) << "pieces of " << piece;
+    EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin())) << "pieces of " << piece;
+    EXPECT_EQ(dst.back(), 0xEE) << "wrote past the end, pieces of " << piece;
+  }
+}
+
 TEST(ChecksumTest, LargeCopiesMatchAtEveryDestinationAlignment) {
   // Large copies take the streaming-store path, which aligns its stores.
   std::vector<uint8_t> src((1 << 20) + 77), dst(src.size() + 32);

@@ -102,6 +102,11 @@ void StagedOutput::Commit(size_t used) {
   reserved_ = 0;
 }
 
+Status StagedOutput::Poll() {
+  while (io_->in_flight() > 0 && io_->Ready()) CKFMT_RETURN_IF_ERROR(Reap());
+  return Pump();
+}
+
 Status StagedOutput::SubmitReady() {
   if (fill_ == block_size_) RetireCurrent();  // full: no reason to hold it back
   released_ = ready_.size();

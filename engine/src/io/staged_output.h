@@ -35,6 +35,11 @@ class StagedOutput {
   // Starts writing every full slot that Reserve() held back, or, under a
   // write limit, as many as it allows; the rest follow as writes finish.
   Status SubmitReady();
+  // Without blocking: frees the slots of finished writes and starts
+  // released ones in their place. For a caller in the middle of a long
+  // copy, so that a disk which ends its whole queue at once gets it back
+  // without waiting for the copy to end.
+  Status Poll();
   // Copies `n` bytes to the next aligned position, spanning slots as needed,
   // and zero-pads them to alignment; every slot they fill starts writing.
   // Returns their file offset. REQUIRES: no reservation held back; the

@@ -18,6 +18,9 @@ class ChecksumStream {
   ChecksumStream(const ChecksumStream&) = delete;
   ChecksumStream& operator=(const ChecksumStream&) = delete;
   void Update(const void* data, size_t size);
+  // Update() with `src`'s bytes, copying them to `dst` in the same pass, as
+  // CopyAndChecksum() does. REQUIRES: as CopyAndChecksum().
+  void CopyAndUpdate(void* dst, const void* src, size_t size);
   uint64_t Digest() const;  // of everything given so far
 
  private:
