@@ -36,11 +36,17 @@ struct SaveOptions {
   // Compressed saves with fsync: a thread fdatasyncs the file each time
   // this many more bytes have been written, so that the disk's write-back
   // cache drains while the cores are still encoding instead of all in the
-  // final fsync (0: never). On the VM of the README, byte-plane saves of a
-  // 2 GiB state ran at a median 0.92 GiB/s against 0.83 without (5
-  // alternations). Uncompressed saves make their data faster than the disk
-  // takes it in and do not use it: there it cost about a tenth.
-  uint64_t sync_behind_bytes = 64ull << 20;
+  // final fsync (0: never). On the VM of the README, when its disk wrote
+  // at 0.9 GiB/s, byte-plane saves of a 2 GiB state ran at a median 0.92
+  // GiB/s against 0.83 without (5 alternations, 64 MiB steps). Each sync
+  // also commits ext4's journal (small writes, a cache flush); with the
+  // disk at 4 GiB/s, 256 MiB steps saved at 1.02-1.17x the paired raw write
+  // (median 1.11) against 0.98-1.15x (1.055) with 64 MiB and 1.03-1.05x
+  // with 512 MiB (6, 6 and 3 runs of ckfmt-bench-e2e --codecs
+  // byteplane-zstd --runs 3). Uncompressed saves make their data faster
+  // than the disk takes it in and do not use it: there it cost about a
+  // tenth, and with the disk at 4 GiB/s gained nothing either.
+  uint64_t sync_behind_bytes = 256ull << 20;
   std::vector<std::pair<std::string, std::string>> metadata;  // user metadata
   uint32_t world_size = 1;
   std::string save_mode = "single";
