@@ -114,8 +114,9 @@ struct Series {
   void Disk(const DiskCounters& a, const DiskCounters& b, double seconds) {
     if (!a.known || !b.known || b.busy_ms < a.busy_ms) return;
     busy.push_back((b.busy_ms - a.busy_ms) / 1e3 / seconds);
-    if (b.busy_ms > a.busy_ms) depth.push_back((b.in_flight_ms - a.in_flight_ms) / (b.busy_ms - a.busy_ms));
-    if (b.requests > a.requests) request_kib.push_back((b.sectors - a.sectors) / 2 / (b.requests - a.requests));
+    const double busy_ms = b.busy_ms - a.busy_ms, requests = b.requests - a.requests;
+    if (busy_ms > 0) depth.push_back((b.in_flight_ms - a.in_flight_ms) / busy_ms);
+    if (requests > 0) request_kib.push_back((b.sectors - a.sectors) / 2 / requests);
   }
   void Rss(double before_mib) { peak_delta_mib = std::max(peak_delta_mib, HwmMiB() - before_mib); }
   double Median() const { return MedianOf(gibs); }
