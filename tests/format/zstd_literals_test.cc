@@ -46,7 +46,8 @@ Bytes Write(const Counts& counts, const Bytes& in, size_t cap) {
 void ExpectDecodesTo(const Bytes& frame, const Bytes& want) {
   ASSERT_FALSE(frame.empty());
   Bytes got(want.size() + 1, 0x5A);
-  const std::string problem = DecodeOneZstdFrame(frame.data(), frame.size(), got.data(), want.size());
+  const std::string problem =
+      DecodeOneZstdFrame(frame.data(), frame.size(), got.data(), want.size());
   ASSERT_EQ(problem, "");
   got.pop_back();
   ASSERT_TRUE(got == want) << "decoded bytes differ";

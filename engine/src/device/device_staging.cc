@@ -58,4 +58,10 @@ Status DeviceStaging::CopyToDeviceAndWait(Device device, void* dst, const void* 
   return stream->Synchronize();
 }
 
+Status DeviceStaging::CopyToHostAndWait(Device device, void* host, const void* src, size_t n) {
+  CKFMT_ASSIGN_OR_RETURN(DeviceStream * stream, Stream(device));
+  CKFMT_RETURN_IF_ERROR(stream->CopyToHost(host, src, n));
+  return stream->Synchronize();
+}
+
 }  // namespace ckfmt

@@ -39,6 +39,8 @@ class DeviceStaging {
   Status ForEachHostPiece(Device device, const void* src, size_t n, const F& fn);
   // Copies `n` bytes of pinned host memory to `dst` on `device` and waits.
   Status CopyToDeviceAndWait(Device device, void* dst, const void* host, size_t n);
+  // Copies `n` bytes at `src` on `device` to pinned host memory and waits.
+  Status CopyToHostAndWait(Device device, void* host, const void* src, size_t n);
 
  private:
   explicit DeviceStaging(DeviceOps* ops) : ops_(ops) {}

@@ -313,7 +313,8 @@ Status FlattenedSave(SaveContext& ctx) {
       ctx.stats.peak_gather_bytes = buffers[0].size() + buffers[1].size();
     }
     if (local.ok() && has_device_data && !device_comm) {
-      local = Status::Internal("bucket " + std::to_string(k) + " holds GPU entries without a device communicator");
+      local = Status::Internal("bucket " + std::to_string(k) +
+                               " holds GPU entries without a device communicator");
     }
     if (ctx.root() && local.ok() && has_device_data) {
       local = dbuf.Reserve(max_extent.device);

@@ -84,6 +84,11 @@ void SplitPiece(const SaveContext& ctx, LocalPiece* p, uint64_t* at) {
   }
 }
 
+// "<key> on <device>", for errors about a piece's device data.
+std::string PieceName(const SaveContext& ctx, const LocalPiece& p) {
+  return FormatKeyPath(ctx.plan.entries[p.entry].path) + " on " + DeviceName(p.device);
+}
+
 // Encodes chunk `c` from `raw` (its bytes on the host) into its own
 // buffer; a chunk that does not shrink keeps its source and codec 0.
 Status EncodeLocalChunk(const SaveOptions& so, const uint8_t* raw, LocalChunk* c) {
@@ -112,9 +117,6 @@ Status EncodeDeviceChunks(const SaveContext& ctx, ThreadPool& pool,
                           const std::vector<std::pair<const LocalPiece*, LocalChunk*>>& chunks) {
   if (chunks.empty()) return Status::OK();
   const SaveOptions& so = ctx.options.save;
-  auto where = [&](const LocalPiece& p) {
-    return FormatKeyPath(ctx.plan.entries[p.entry].path) + " on " + DeviceName(p.device);
-  };
   CKFMT_ASSIGN_OR_RETURN(auto staging, DeviceStaging::For(chunks.front().first->device));
   uint64_t largest = 0;
   for (const auto& [piece, c] : chunks) largest = std::max(largest, c->raw_size);
@@ -127,20 +129,11 @@ Status EncodeDeviceChunks(const SaveContext& ctx, ThreadPool& pool,
   }
   for (size_t first = 0; first < chunks.size(); first += batch) {
     const size_t n = std::min(batch, chunks.size() - first);
-    std::vector<std::pair<DeviceStream*, const LocalPiece*>> streams;  // and a piece on each
     for (size_t i = 0; i < n; ++i) {
       const auto& [piece, c] = chunks[first + i];
-      auto stream = staging->Stream(piece->device);
-      Status copy = stream.ok() ? (*stream)->CopyToHost(bounce[i].data(), c->stored, c->raw_size)
-                                : stream.status();
-      if (!copy.ok()) return copy.WithContext(where(*piece));
-      if (std::none_of(streams.begin(), streams.end(),
-                       [&](const auto& s) { return s.first == *stream; })) {
-        streams.emplace_back(*stream, piece);
-      }
-    }
-    for (const auto& [stream, piece] : streams) {
-      if (Status s = stream->Synchronize(); !s.ok()) return s.WithContext(where(*piece));
+      Status copied =
+          staging->CopyToHostAndWait(piece->device, bounce[i].data(), c->stored, c->raw_size);
+      if (!copied.ok()) return copied.WithContext(PieceName(ctx, *piece));
     }
     std::vector<Status> errors(n);
     pool.ParallelFor(n, [&](size_t i) {
@@ -202,9 +195,7 @@ Status CopyFromDevice(Device device, const LocalChunk& c, const std::vector<Alig
     CKFMT_ASSIGN_OR_RETURN(*staging, DeviceStaging::For(device));
     CKFMT_RETURN_IF_ERROR((*staging)->PinSlots(slots));
   }
-  CKFMT_ASSIGN_OR_RETURN(DeviceStream * stream, (*staging)->Stream(device));
-  CKFMT_RETURN_IF_ERROR(stream->CopyToHost(dst, c.stored, c.stored_size));
-  return stream->Synchronize();
+  return (*staging)->CopyToHostAndWait(device, dst, c.stored, c.stored_size);
 }
 
 // Writes the chunks from `base` on, recording each chunk's offset.
@@ -231,10 +222,7 @@ Status WriteRange(const SaveContext& ctx, const File& file, uint64_t base,
       CKFMT_ASSIGN_OR_RETURN(auto space, out->Reserve(c.stored_size));
       if (c.on_device) {
         Status copied = CopyFromDevice(p.device, c, out->slots(), space.data, &device);
-        if (!copied.ok()) {
-          return copied.WithContext(FormatKeyPath(ctx.plan.entries[p.entry].path) + " on " +
-                                    DeviceName(p.device));
-        }
+        if (!copied.ok()) return copied.WithContext(PieceName(ctx, p));
       } else {
         std::memcpy(space.data, c.stored, c.stored_size);
       }

@@ -1,5 +1,6 @@
 #include "plan.h"
 
+#include <algorithm>
 #include <map>
 
 #include "ckfmt/checksum.h"
@@ -334,15 +335,14 @@ Result<GlobalPlan> MergePlans(const std::vector<std::vector<LocalEntry>>& per_ra
     // One gather per memory space: a tensor's owners all hold it on their
     // GPUs or all on the host.
     p.on_device = !p.owners.empty() && p.owners.front().on_device;
-    for (const Source& o : p.owners) {
-      if (!one_memory_space) break;
-      if (o.on_device != p.on_device) {
-        error(p.path, "rank " + std::to_string(p.owners.front().rank) + " holds its shard on " +
-                          (p.on_device ? "a GPU" : "the host") + ", rank " +
-                          std::to_string(o.rank) + " on " + (o.on_device ? "a GPU" : "the host") +
-                          " (a tensor's shards must all be on GPUs or all on the host)");
-        break;
-      }
+    auto other = std::find_if(p.owners.begin(), p.owners.end(),
+                              [&](const Source& o) { return o.on_device != p.on_device; });
+    if (one_memory_space && other != p.owners.end()) {
+      error(p.path, "rank " + std::to_string(p.owners.front().rank) + " holds its shard on " +
+                        (p.on_device ? "a GPU" : "the host") + ", rank " +
+                        std::to_string(other->rank) + " on " +
+                        (other->on_device ? "a GPU" : "the host") +
+                        " (a tensor's shards must all be on GPUs or all on the host)");
     }
     EntryRecord probe;
     probe.path = p.path;
