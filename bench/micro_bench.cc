@@ -141,17 +141,15 @@ void SetCodecLabel(benchmark::State& state, int codec, int kind) {
   state.SetLabel(std::string(ckfmt::CodecName(uint8_t(codec))) + " " + DataName(kind));
 }
 
-void BM_EncodeChunk(benchmark::State& state) {
-  const auto codec = ckfmt::Codec(state.range(0));
-  const int kind = int(state.range(1));
+void EncodeChunkOf(benchmark::State& state, ckfmt::Codec codec, int kind, size_t bytes) {
   SetCodecLabel(state, int(codec), kind);
-  AlignedBuf raw(kChunk);
-  FillRealistic(kind, raw.data(), kChunk);
-  const size_t cap = ckfmt::MaxEncodedSize(codec, kChunk);
+  AlignedBuf raw(bytes);
+  FillRealistic(kind, raw.data(), bytes);
+  const size_t cap = ckfmt::MaxEncodedSize(codec, bytes);
   AlignedBuf out(cap);
   size_t stored = 0;
   for (auto _ : state) {
-    auto r = ckfmt::EncodeChunk(codec, 1, ElementSize(kind), raw.data(), kChunk, out.data(), cap);
+    auto r = ckfmt::EncodeChunk(codec, 1, ElementSize(kind), raw.data(), bytes, out.data(), cap);
     if (!r.ok()) {
       state.SkipWithError(r.status().ToString().c_str());
       return;
@@ -159,8 +157,19 @@ void BM_EncodeChunk(benchmark::State& state) {
     stored = *r;
     benchmark::DoNotOptimize(stored);
   }
-  state.SetBytesProcessed(int64_t(state.iterations()) * kChunk);
-  state.counters["ratio"] = double(kChunk) / double(stored);
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(bytes));
+  state.counters["ratio"] = double(bytes) / double(stored);
+}
+
+void BM_EncodeChunk(benchmark::State& state) {
+  EncodeChunkOf(state, ckfmt::Codec(state.range(0)), int(state.range(1)), kChunk);
+}
+
+// Byte planes of small tensors' chunks (norms, biases, LoRA adapters), where
+// what is paid per chunk rather than per byte shows.
+void BM_EncodeSmallChunk(benchmark::State& state) {
+  EncodeChunkOf(state, ckfmt::Codec::kBytePlaneZstd, int(state.range(0)),
+                size_t(state.range(1)) << 10);
 }
 
 void BM_DecodeChunk(benchmark::State& state) {
@@ -201,6 +210,9 @@ void CodecArgs(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_EncodeChunk)->Apply(CodecArgs);
 BENCHMARK(BM_DecodeChunk)->Apply(CodecArgs);
+BENCHMARK(BM_EncodeSmallChunk)
+    ->ArgsProduct({{kBF16Weights, kF32ExpAvg}, {16, 64, 256}})
+    ->ArgNames({"data", "KiB"});
 
 // --------------------------------------------------------------------------
 // Region arithmetic: a 2-d [8192, 1024] tensor (8M elements). The

@@ -256,7 +256,11 @@ std::string ConstantLowByte(size_t n_elems, size_t esize, uint64_t seed) {
 TEST(BytePlaneCodecTest, RoundTripEveryElementSize) {
   for (int level : {1, 3}) {
     for (size_t esize : {size_t{1}, size_t{2}, size_t{3}, size_t{4}, size_t{8}, size_t{16}}) {
-      for (size_t n : {size_t{1}, size_t{7}, size_t{17}, size_t{1000}, size_t{65536}}) {
+      // Up to 4096 elements the whole chunk is the coder's sample; above,
+      // runs spread over it, as many as fit an eighth of it (at 32768
+      // elements and up) or 16384 elements.
+      for (size_t n : {size_t{1}, size_t{7}, size_t{17}, size_t{1000}, size_t{4096}, size_t{4097},
+                       size_t{40000}, size_t{65536}, size_t{131075}}) {
         for (int kind = 0; kind < 4; ++kind) {
           std::string raw = kind == 0   ? RandomBytes(n * esize, n + esize)
                             : kind == 1 ? FloatLike(n, esize, n)
@@ -353,8 +357,12 @@ TEST(BytePlaneCodecTest, LargeOutputsJoinBackAtEveryAlignment) {
   }
 }
 // weights, fp32 AdamW exp_avg and exp_avg_sq.
-TEST(BytePlaneCodecTest, FastLevelRatioOnTrainingLikeValues) {
-  const size_t n = 1 << 20;  // bytes, a quarter of the writer's chunk
+// Chunks of 1 MiB (a quarter of the writer's) and 64 KiB (a small tensor,
+// whose codes come from a sample of an eighth of it).
+class BytePlaneRatioTest : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(BytePlaneRatioTest, FastLevelRatioOnTrainingLikeValues) {
+  const size_t n = GetParam();  // bytes
   std::mt19937_64 rng(3);
   std::string bf16(n, '\0'), avg(n, '\0'), avg_sq(n, '\0');
   std::normal_distribution<float> weight(0.f, 0.02f), grad(0.f, 1e-3f);
@@ -378,6 +386,8 @@ TEST(BytePlaneCodecTest, FastLevelRatioOnTrainingLikeValues) {
   EXPECT_GE(ratio(avg, 4), 1.15);
   EXPECT_GE(ratio(avg_sq, 4), 1.15);
 }
+INSTANTIATE_TEST_SUITE_P(ChunkSizes, BytePlaneRatioTest,
+                         ::testing::Values(size_t{1} << 20, size_t{64} << 10));
 
 // An output buffer smaller than header + raw bytes still works when the
 // planes compress, and is an error, never an overrun, when they do not.
