@@ -609,11 +609,53 @@ TEST_F(RawFileTest, ZstdChunkDecodingToTheWrongSize) {
   p.chunks.push_back(b.AddChunk(stored, 4000, uint8_t(Codec::kZstd)));
   e.pieces.push_back(p);
   idx.entries.push_back(e);
-  auto r = CheckpointReader::Open(Write(idx, b));
+  const std::string path = Write(idx, b);
+  auto r = CheckpointReader::Open(path);
   CKFMT_ASSERT_OK(r);
   auto t = (*r)->ReadTensor({"z"});
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kCorruption) << t.status().ToString();
+  // Verification decodes it too (Z2), and says by how much it is off.
+  auto v = VerifyFile(path);
+  CKFMT_ASSERT_OK(v);
+  ASSERT_EQ(v->problems.size(), 1u);
+  EXPECT_EQ(v->problems[0].code, StatusCode::kCorruption);
+  EXPECT_TRUE(MentionsPath(v->problems[0].where, {"z"})) << v->problems[0].where;
+  EXPECT_NE(v->problems[0].message.find("decodes to 3996 bytes, expected 4000"),
+            std::string::npos)
+      << v->problems[0].message;
+}
+
+// Bytes of the data region that no chunk covers are legal (another writer
+// may leave them) and must be zero (Z3): verification reads them as well,
+// in requests of any size, and reports the first nonzero one.
+TEST_F(RawFileTest, VerifyChecksDataBytesThatNoChunkCovers) {
+  for (bool dirty : {false, true}) {
+    RawFileBuilder b;
+    std::string unused(3 * kAlignment, '\0');
+    if (dirty) unused[5000] = 'x';
+    b.AddChunk(unused, unused.size());  // in the file, not in the index
+    IndexRecord idx;
+    idx.entries.push_back(Whole(b, {"a"}, DType::kU8, {100}, std::string(100, 'a'), 4096));
+    const std::string path = Write(idx, b);
+    auto r = CheckpointReader::Open(path);
+    CKFMT_ASSERT_OK(r);
+    auto a = (*r)->ReadTensor({"a"});
+    CKFMT_ASSERT_OK(a);
+    for (uint64_t block : {uint64_t{4} << 20, uint64_t{kAlignment}}) {
+      VerifyOptions o;
+      o.io.block_size = block;
+      auto v = VerifyFile(path, o);
+      CKFMT_ASSERT_OK(v);
+      if (!dirty) {
+        EXPECT_TRUE(v->ok()) << "block " << block << ": " << v->problems[0].message;
+        continue;
+      }
+      ASSERT_EQ(v->problems.size(), 1u) << "block " << block;
+      EXPECT_EQ(v->problems[0].code, StatusCode::kCorruption);
+      EXPECT_EQ(v->problems[0].where, "padding @ " + std::to_string(kHeaderSize + 5000));
+    }
+  }
 }
 
 TEST_F(RawFileTest, UnknownCodecIsUnsupportedOnlyForThatChunk) {
