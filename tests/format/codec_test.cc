@@ -149,6 +149,10 @@ TEST(CodecTest, CorruptZstdIsCorruption) {
   expect_corrupt(good.substr(0, good.size() - 1), "truncated by one");
   expect_corrupt(good.substr(0, good.size() / 2), "truncated by half");
   expect_corrupt(good.substr(0, 3), "truncated to 3 bytes");
+  const std::string header_only = good.substr(0, 5);
+  expect_corrupt(header_only, "truncated inside the frame header");
+  EXPECT_NE(DecodeChunk(1, header_only.data(), 5, out.data(), n).message().find("frame header"),
+            std::string::npos);
   expect_corrupt(good + "garbage!", "trailing garbage");
   expect_corrupt(RandomBytes(good.size(), 99), "random bytes");
   expect_corrupt(std::string(good.size(), '\0'), "zeros");
