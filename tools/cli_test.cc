@@ -126,6 +126,28 @@ TEST_F(CliTest, ConvertExitCodes) {
   EXPECT_EQ(Ckfmt("convert " + Quote(good_.string()) + " x.unknown").rc, 2);
 }
 
+// --to picks the output format whatever DST is called (in any case), and
+// the report names both formats; an unknown one is a usage error that
+// writes nothing.
+TEST_F(CliTest, ConvertToTheFormatNamedByTo) {
+  const fs::path st = dir_ / "weights.data";
+  CliRun r = Ckfmt("convert --to SafeTensors " + Quote(good_.string()) + " " + Quote(st.string()));
+  ASSERT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find(good_.string() + " (ckfmt) -> " + st.string() + " (safetensors)"),
+            std::string::npos)
+      << r.out;
+  const std::string st_bytes = ReadAll(st);
+  ASSERT_GT(st_bytes.size(), 9u);
+  EXPECT_EQ(st_bytes[8], '{');  // a header length, then the JSON header
+  // (good_ holds a partial tensor, which torch.save cannot take.)
+  const fs::path whole = kVectors / "zstd.ckfmt", pt = dir_ / "weights.out";
+  ASSERT_EQ(Ckfmt("convert -q --to pt " + Quote(whole.string()) + " " + Quote(pt.string())).rc, 0);
+  EXPECT_EQ(ReadAll(pt).substr(0, 2), "PK");  // torch.save's zip
+  const fs::path onnx = dir_ / "weights.onnx";
+  EXPECT_EQ(Ckfmt("convert --to onnx " + Quote(good_.string()) + " " + Quote(onnx.string())).rc, 2);
+  EXPECT_FALSE(fs::exists(onnx));
+}
+
 TEST_F(CliTest, VerifyJson) {
   fs::path bad = Corrupt(4096 + 10, "bad.ckfmt");
   CliRun r = Ckfmt("verify --json " + Quote(good_.string()) + " " + Quote(bad.string()) + " " +
