@@ -21,6 +21,15 @@ Result<py::Ref> Load(const std::string& bytes, bool opaque = false) {
   return Unpickle(bytes, o);
 }
 
+// The tree `bytes` (a pickle, unpickled strictly) converts to, as read
+// from `where`.
+Result<Node> ToTree(const std::string& bytes, const std::string& where, ConvertLog* log) {
+  CKFMT_ASSIGN_OR_RETURN(py::Ref obj, Load(bytes));
+  PyToTreeOptions o;
+  o.where = where;
+  return PyToTree(obj, o, log);
+}
+
 TEST(Unpickler, Protocol0Text) {
   // pickle.dumps({'a': 1, 'b': [1.5, True, 'x', None, -7, 123456789012]}, protocol=0)
   std::string p =
@@ -186,12 +195,9 @@ TEST(Unpickler, PickleBombsAreRefusedBeforeExpanding) {
     s += std::string("q\x00", 2);  // BINPUT 0: this level is the next one's element
   }
   s += ".";
-  auto r = Load(s);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  PyToTreeOptions o;
-  o.where = "bomb.pkl";
+  ASSERT_TRUE(Load(s).ok());
   ConvertLog log;
-  auto t = PyToTree(*r, o, &log);
+  auto t = ToTree(s, "bomb.pkl", &log);
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("pickle bomb"), std::string::npos) << t.status().ToString();
 }
@@ -337,6 +343,40 @@ TEST(Unpickler, RepickledOpaqueObjectsLoadBackTheSame) {
   }
   // Strictly, the carried bytes are refused as the original was.
   EXPECT_FALSE(Load(*bytes).ok());
+}
+
+// What a tree keeps of Python values ckfmt has no kind for: keys that are
+// not strings become their Python spelling, an int beyond 64 bits the hex
+// string of its bytes, bytes a blob; each with a note.
+TEST(PyToTree, KeysAndValuesWithoutACkfmtKind) {
+  // pickle.dumps({True: 1, None: 2, 1.5: 3, (1, 'a'): 4, 'big': 2**70,
+  //               'blob': b'\x00\x01'}, protocol=3)
+  const std::string p = B(
+      "\x80\x03\x7d\x71\x00\x28\x88\x4b\x01\x4e\x4b\x02\x47\x3f\xf8\x00\x00\x00\x00\x00\x00\x4b"
+      "\x03\x4b\x01\x58\x01\x00\x00\x00\x61\x71\x01\x86\x71\x02\x4b\x04\x58\x03\x00\x00\x00\x62"
+      "\x69\x67\x71\x03\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x00\x40\x58\x04\x00\x00\x00\x62\x6c"
+      "\x6f\x62\x71\x04\x43\x02\x00\x01\x71\x05\x75\x2e");
+  ConvertLog log;
+  auto tree = ToTree(p, "test.pkl", &log);
+  ASSERT_TRUE(tree.ok()) << tree.status().ToString();
+  ASSERT_EQ(tree->kind, Node::Kind::kDict);
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : tree->children) keys.push_back(k);
+  EXPECT_EQ(keys, (std::vector<std::string>{"True", "None", "1.5", "(1, a)", "big", "blob"}));
+  EXPECT_FALSE(tree->int_keys);
+  EXPECT_EQ(tree->children[3].second.i, 4);
+  const Node& big = tree->children[4].second;
+  EXPECT_EQ(big.kind, Node::Kind::kStr);
+  EXPECT_EQ(big.s, "0x400000000000000000");  // 2**70, two's complement, 9 bytes
+  const Node& blob = tree->children[5].second;
+  EXPECT_EQ(blob.kind, Node::Kind::kBytes);
+  EXPECT_EQ(blob.content_type, "bytes");
+  EXPECT_EQ(blob.s, std::string("\x00\x01", 2));
+  std::string notes;
+  for (const auto& n : log.notes) notes += n + "\n";
+  for (const char* note : {"bool key", "None key", "float key", "tuple key", "beyond 64 bits"}) {
+    EXPECT_NE(notes.find(note), std::string::npos) << note << " in:\n" << notes;
+  }
 }
 
 }  // namespace
