@@ -59,7 +59,7 @@ TEST_P(FixtureTest, ConvertsToCkfmtMatchingTheManifest) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureTest,
                          ::testing::Values("mlp_adamw.pt", "dtypes.pt", "views.pt", "legacy.pt",
-                                           "model.safetensors", "sharded_st", "dcp_fsdp2"),
+                                           "model.safetensors", "sharded_st", "dcp_fsdp2", "dcp_tp"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& c : s) {
@@ -116,6 +116,28 @@ TEST(FixtureDetails, DcpKeepsShardingAsSavedLayout) {
   const EntryRecord* w2 = (*r2)->Find(KeyPath{std::string("model"), std::string("0.weight")});
   ASSERT_NE(w2, nullptr);
   EXPECT_TRUE(w2->saved_layout.empty());
+}
+
+// Tensor parallelism splits weights on other dims than the first, so DCP's
+// chunks of a tensor are column blocks, not rows. They are kept as the
+// ranks' boxes, and written into a torch.save zip (whose records' CRC-32
+// then follows the bytes as placed, not as they came) that converts back,
+// CRCs checked, to the manifest's values.
+TEST(FixtureDetails, TensorParallelDcpKeepsItsBoxesAndConvertsToTorch) {
+  std::string dir = MakeTempDir("dcp_tp");
+  ConvertOrDie(Fixture("dcp_tp"), dir + "/tp.ckfmt");
+  auto r = CheckpointReader::Open(dir + "/tp.ckfmt");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const EntryRecord* w = (*r)->Find(KeyPath{std::string("model"), std::string("colwise.weight")});
+  ASSERT_NE(w, nullptr);
+  ASSERT_EQ(w->saved_layout.size(), 2u);
+  EXPECT_EQ(w->saved_layout[0].region, Region::Box({0, 0}, {4, 3}));
+  EXPECT_EQ(w->saved_layout[1].region, Region::Box({0, 3}, {4, 2}));
+
+  ConvertOrDie(Fixture("dcp_tp"), dir + "/tp.pt");
+  ConvertOrDie(dir + "/tp.pt", dir + "/back.ckfmt");
+  ExpectMatchesManifest(SummarizeCkfmt(dir + "/back.ckfmt"), LoadManifest("dcp_tp"),
+                        "dcp_tp through torch.save");
 }
 
 TEST(FixtureDetails, OptimizerIntKeysAreRemembered) {

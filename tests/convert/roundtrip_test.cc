@@ -54,7 +54,7 @@ TEST_P(RoundTripTest, ThroughTorchZip) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, RoundTripTest,
                          ::testing::Values("mlp_adamw.pt", "dtypes.pt", "views.pt", "legacy.pt",
-                                           "model.safetensors", "dcp_fsdp2"),
+                                           "model.safetensors", "dcp_fsdp2", "dcp_tp"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& c : s) {
