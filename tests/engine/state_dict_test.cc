@@ -86,6 +86,16 @@ TEST(InsertAtPathTest, RefusesWrongParentsAndGaps) {
   st = InsertAtPath(&root, {"list", 1u}, Value());  // lists grow only at the end
   EXPECT_EQ(st.code(), StatusCode::kMismatch);
   EXPECT_TRUE(root.Find({"list"})->as_list().empty());
+  // An index under a dict or a scalar: the error says what is there.
+  CKFMT_ASSERT_OK(InsertAtPath(&root, {"dict"}, Value(Dict{})));
+  st = InsertAtPath(&root, {"dict", 0u}, Value());
+  EXPECT_EQ(st.code(), StatusCode::kMismatch);
+  EXPECT_NE(st.message().find("is a dict, expected a list to hold index 0"), std::string::npos)
+      << st.message();
+  st = InsertAtPath(&root, {"leaf", 3u}, Value());
+  EXPECT_NE(st.message().find("is an int, expected a list to hold index 3"), std::string::npos)
+      << st.message();
+  EXPECT_TRUE(root.Find({"dict"})->as_dict().empty());
   EXPECT_FALSE(InsertAtPath(&root, {}, Value()).ok());
 }
 
