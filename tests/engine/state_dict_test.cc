@@ -1,8 +1,11 @@
 // The state-dict value model and tensors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include "ckfmt/state_dict.h"
 #include "ckfmt/tensor.h"
@@ -171,6 +174,37 @@ TEST(TensorTest, OwningKeepsOwnerAlive) {
   EXPECT_FALSE(weak.expired());
   copy = Tensor();
   EXPECT_TRUE(weak.expired());
+}
+
+size_t MappingCount() {
+  std::ifstream maps("/proc/self/maps");
+  size_t n = 0;
+  for (std::string line; std::getline(maps, line);) ++n;
+  return n;
+}
+
+// Host tensors are aligned by size: 64 bytes, a page from 64 KiB, and from
+// 2 MiB a huge page in a mapping of their own, which goes with the tensor.
+TEST(TensorTest, HostTensorsAreAlignedBySize) {
+  auto aligned = [](const Tensor& t, uintptr_t a) {
+    return reinterpret_cast<uintptr_t>(t.data()) % a == 0;
+  };
+  EXPECT_TRUE(aligned(Tensor::Empty(DType::kU8, {100}), 64));
+  EXPECT_TRUE(aligned(Tensor::Empty(DType::kU8, {Tensor::kPageAlignedFrom}), 4096));
+  Tensor big = Tensor::Empty(DType::kU8, {Tensor::kHugePageAlignedFrom + 5});
+  EXPECT_TRUE(aligned(big, Tensor::kHugePageAlignedFrom));
+  std::memset(big.data(), 0x5a, big.nbytes());  // every byte writable
+  Tensor zeros = Tensor::Zeros(DType::kF32, {1 << 20});
+  EXPECT_TRUE(aligned(zeros, Tensor::kHugePageAlignedFrom));
+  const auto* z = static_cast<const uint8_t*>(zeros.data());
+  EXPECT_TRUE(std::all_of(z, z + zeros.nbytes(), [](uint8_t b) { return b == 0; }));
+  // Freed with the tensor: no mapping is left behind.
+  const size_t before = MappingCount();
+  for (int i = 0; i < 64; ++i) {
+    Tensor t = Tensor::Empty(DType::kU8, {3u << 20});
+    static_cast<uint8_t*>(t.data())[t.nbytes() - 1] = 1;
+  }
+  EXPECT_LT(MappingCount(), before + 8);
 }
 
 TEST(TensorTest, HostAllocator) {

@@ -46,6 +46,9 @@ class Tensor {
   // Host tensors of at least this many bytes are page-aligned (4096), so
   // that loads can read into them directly; smaller ones 64-byte aligned.
   static constexpr uint64_t kPageAlignedFrom = 64 << 10;
+  // From this size on they start on a 2 MiB boundary and ask for huge pages
+  // (madvise; a no-op without transparent huge pages).
+  static constexpr uint64_t kHugePageAlignedFrom = 2 << 20;
   // A zero-filled host tensor (aligned as above).
   static Tensor Zeros(DType dtype, Shape shape);
   // An uninitialised host tensor (aligned as above).
