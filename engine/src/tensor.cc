@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 namespace ckfmt {
 
@@ -52,6 +53,8 @@ Tensor Tensor::Owning(DType dtype, Shape shape, void* data, std::shared_ptr<void
 Tensor Tensor::Empty(DType dtype, Shape shape) {
   uint64_t bytes = DTypeSize(dtype);
   for (uint64_t d : shape) bytes *= d;
+  // Rounding it up below must not wrap (no machine holds this much anyway).
+  if (bytes > std::numeric_limits<size_t>::max() - kHugePageAlignedFrom) throw std::bad_alloc();
   // Page-aligned when large, so that loads can read into it with O_DIRECT
   // (no copy out of staging). From 2 MiB on, on huge pages: the block
   // layer splits a direct read into 4 KiB pages scattered in physical

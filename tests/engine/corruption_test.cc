@@ -533,6 +533,29 @@ TEST_F(RawFileTest, HostileSizesAndOffsets) {
   }
 }
 
+// A partial tensor of 2^64 - 101 bytes, one piece of it saved: its size
+// does not overflow 64 bits, so it opens, but rounding it up to any
+// alignment would wrap. A load into an empty dict refuses it before
+// allocating, naming the key and the memory it would need (the allocator's
+// own refusal is TensorTest.HostAllocator's).
+TEST_F(RawFileTest, ALoadRefusesATensorLargerThanMemoryBeforeAllocating) {
+  RawFileBuilder b;
+  IndexRecord idx;
+  const uint64_t n = ~uint64_t{0} - 100;
+  EntryRecord e = TensorEntry({"wraps"}, DType::kU8, {n});
+  e.partial = true;
+  e.pieces.push_back(b.AddPiece(Region::Flat(n - 4096, 4096), 0, std::string(4096, 'w'), 4096));
+  idx.entries.push_back(e);
+  auto r = CheckpointReader::Open(Write(idx, b));
+  CKFMT_ASSERT_OK(r);
+  Value sd = Dict{};
+  auto load = (*r)->Load(&sd);
+  ASSERT_FALSE(load.ok());
+  EXPECT_TRUE(MentionsPath(load.status().message(), {"wraps"})) << load.status().ToString();
+  EXPECT_NE(load.status().message().find("of new host memory"), std::string::npos)
+      << load.status().ToString();
+}
+
 TEST_F(RawFileTest, HugePartialTensorFailsCleanlyOnRead) {
   // Valid by every open-time rule: a partial 8 PiB tensor with no pieces.
   RawFileBuilder b;

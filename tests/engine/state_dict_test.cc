@@ -221,6 +221,7 @@ TEST(TensorTest, HostAllocator) {
   EXPECT_FALSE(a(DType::kF64, {1ull << 62}, {"x"}, Device{}).ok());
   EXPECT_FALSE(a(DType::kF64, {1ull << 40, 1ull << 40}, {"x"}, Device{}).ok());
   EXPECT_FALSE(a(DType::kU8, {1ull << 60}, {"x"}, Device{}).ok());
+  EXPECT_FALSE(a(DType::kU8, {~0ull - 100}, {"x"}, Device{}).ok());  // rounding up would wrap
 }
 
 }  // namespace
