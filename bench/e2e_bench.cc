@@ -7,12 +7,13 @@
 // Per run: raw io_uring O_DIRECT write + fsync, raw O_DIRECT read, memcpy,
 // an async save, then for each codec (default: none, zstd, byteplane-zstd;
 // level 1) ckfmt save next to a raw write, ckfmt load into preallocated
-// tensors (in place) next to a raw read of the same file, and verify. The
-// virtual disk's speed drifts and depends on the I/O just before, so every
-// save and load is paired with a raw transfer at the same moment, in
-// alternating order, and writes follow an untimed warm-up write. Before
-// every read the file's cached pages are dropped with
-// posix_fadvise(DONTNEED); reads use O_DIRECT as well.
+// tensors (in place) next to a raw read of the same file, and verify (of a
+// compressed file, also with --checksums-only). The virtual disk's speed
+// drifts and depends on the I/O just before, so every save and load is
+// paired with a raw transfer at the same moment, in alternating order, and
+// writes follow an untimed warm-up write. Before every read the file's
+// cached pages are dropped with posix_fadvise(DONTNEED); reads use O_DIRECT
+// as well.
 //
 // Throughput is logical bytes (tensor + blob bytes of the state dict) per
 // second of wall time; a save's time includes fsync, rename and directory
@@ -298,6 +299,7 @@ int main(int argc, char** argv) {
     // the same file at the same moment is a fair baseline for a load.
     Series raw_read;
     Series verify;     // ckfmt verify, GiB/s of file bytes
+    Series verify_sums;  // ckfmt verify --checksums-only (compressed codecs only)
     double ratio = 0;  // logical / stored
     uint64_t file_bytes = 0;
   };
@@ -308,7 +310,8 @@ int main(int argc, char** argv) {
     rows.push_back({c, Series{"ckfmt save (" + n + ")"}, Series{"ckfmt load (" + n + ", in place)"},
                     Series{"raw write next to the " + n + " save"},
                     Series{"raw read of the " + n + " file (4MiB QD8)"},
-                    Series{"ckfmt verify (" + n + ", file bytes)"}});
+                    Series{"ckfmt verify (" + n + ", file bytes)"},
+                    Series{"ckfmt verify (" + n + ", checksums only)"}});
   }
   std::vector<double> open_ms;
   std::string io_path;
@@ -488,12 +491,14 @@ int main(int argc, char** argv) {
 
   // Full verification (every chunk's checksum, decode, zero padding); GiB/s
   // of file bytes, paired with the raw read of the same file.
-  auto do_verify = [&](const std::string& path, CodecRows& cr, int run) {
-    Series& s = cr.verify;
+  // The same without decoding (--checksums-only), for compressed files.
+  auto do_verify = [&](const std::string& path, CodecRows& cr, int run, bool decode) {
+    Series& s = decode ? cr.verify : cr.verify_sums;
     DropCache(path);
     OpMeter meter(args.dir);
     ckfmt::VerifyOptions vo;
     vo.io = args.io;
+    vo.decode = decode;
     auto r = ckfmt::VerifyFile(path, vo);
     const double secs = meter.Stop(s);
     if (!r.ok()) Die("verify " + path + ": " + r.status().ToString());
@@ -570,7 +575,8 @@ int main(int argc, char** argv) {
       do_raw_read(path, cr.raw_read, run);
       if (cr.codec == ckfmt::Codec::kNone) do_raw_read_into(path, run);
       if (run % 2 == 1) do_load(path, cr.load, run);
-      do_verify(path, cr, run);
+      do_verify(path, cr, run, true);
+      if (cr.codec != ckfmt::Codec::kNone) do_verify(path, cr, run, false);
       if (cr.codec == ckfmt::Codec::kNone && !args.one_copy) {
         do_load(path, warm_load, run, true);
         // Alternating with its raw read, as the in-place load does.
@@ -644,6 +650,7 @@ int main(int argc, char** argv) {
     row(cr.raw_read, nullptr);
     row(cr.load, &cr.raw_read);
     row(cr.verify, &cr.raw_read);
+    if (!cr.verify_sums.gibs.empty()) row(cr.verify_sums, &cr.raw_read);
     if (cr.codec == ckfmt::Codec::kNone && !raw_read_into.gibs.empty()) {
       row(raw_read_into, &cr.raw_read);
       std::printf("%-48s %8s %8s %8s %8s %7.2fx\n", "ckfmt load (none, in place) / the row above",
@@ -718,6 +725,9 @@ int main(int argc, char** argv) {
       kv("load_none_vs_raw_into_tensors_paired=%.2f", paired(cr.load, raw_read_into));
     }
     kv("verify_%s_paired=%.2f", k.c_str(), paired(cr.verify, cr.raw_read));
+    if (!cr.verify_sums.gibs.empty()) {
+      kv("verify_sums_%s_paired=%.2f", k.c_str(), paired(cr.verify_sums, cr.raw_read));
+    }
     if (cr.codec != ckfmt::Codec::kNone) kv("ratio_%s=%.3f", k.c_str(), cr.ratio);
     save_rss = std::max(save_rss, cr.save.peak_delta_mib);
     load_rss = std::max(load_rss, cr.load.peak_delta_mib);

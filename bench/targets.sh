@@ -56,6 +56,8 @@ row "5 load with checksums / load without (time)" "$checksum_cost" "<=" 1.05
 row "5 ckfmt verify / raw read, uncompressed file, paired" "$(val verify_none_paired)" ">=" 0.95
 row "5 ckfmt verify / raw read, byte-plane file, paired" "$(val verify_byteplane_zstd_paired)" ">=" 0.95
 row "5 ckfmt verify / raw read, zstd file, paired" "$(val verify_zstd_paired)" ">=" 0.95
+echo "  (--checksums-only, which decodes nothing, / raw read, paired: zstd file" \
+     "$(val verify_sums_zstd_paired), byte-plane file $(val verify_sums_byteplane_zstd_paired))"
 echo "  (raw read with every core busy / idle raw read, paired: $(val raw_read_busy_paired);" \
      "loads and verifies that decode on every core get no more from this disk)"
 echo "  (in-place load / raw read of the file into the load's own tensors, paired:" \

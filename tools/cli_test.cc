@@ -165,9 +165,26 @@ TEST_F(CliTest, VerifyJson) {
   EXPECT_FALSE(doc["files"][2]["ok"].get<bool>());
   EXPECT_EQ(doc["files"][2]["error"]["code"], "NotFound");
 
+  EXPECT_TRUE(doc["files"][0]["decoded"].get<bool>());
+  EXPECT_FALSE(doc["files"][2]["decoded"].get<bool>());
+
   CliRun good = Ckfmt("verify --json " + Quote(good_.string()));
   EXPECT_EQ(good.rc, 0);
   EXPECT_TRUE(nlohmann::json::parse(good.out)["ok"].get<bool>());
+}
+
+TEST_F(CliTest, VerifyChecksumsOnly) {
+  const fs::path zstd = kVectors / "zstd.ckfmt";
+  CliRun r = Ckfmt("verify --checksums-only --json " + Quote(zstd.string()));
+  EXPECT_EQ(r.rc, 0) << r.out;
+  auto doc = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(doc["files"][0]["ok"].get<bool>());
+  EXPECT_FALSE(doc["files"][0]["decoded"].get<bool>());
+  CliRun v = Ckfmt("verify --checksums-only -v " + Quote(zstd.string()));
+  EXPECT_EQ(v.rc, 0);
+  EXPECT_NE(v.out.find("bytes checked, checksums only)"), std::string::npos) << v.out;
+  fs::path bad = Corrupt(4096 + 10, "bad.ckfmt");
+  EXPECT_EQ(Ckfmt("verify --checksums-only -q " + Quote(bad.string())).rc, 1);
 }
 
 TEST_F(CliTest, InspectExitCodes) {

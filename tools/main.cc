@@ -46,6 +46,10 @@ int main(int argc, char** argv) {
       verify_cmd->add_flag("-q,--quiet", verify.quiet, "Print nothing; only the exit code tells");
   CLI::Option* verbose = verify_cmd->add_flag("-v,--verbose", verify.verbose,
                                               "Also print a line for each valid file");
+  verify_cmd->add_flag("--checksums-only", verify.checksums_only,
+                       "Do not decode compressed chunks: still finds any byte changed since the "
+                       "file was written, at the disk's speed, but not a chunk a faulty writer "
+                       "stored undecodable");
   quiet->excludes(verbose);
   quiet->excludes(json);
 

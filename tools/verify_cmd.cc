@@ -18,6 +18,7 @@ Json VerifyReportToJson(const std::string& file, const VerifyReport* report, con
   out["entries"] = report ? report->entries : 0;
   out["chunks"] = report ? report->chunks : 0;
   out["bytes_checked"] = report ? report->bytes_checked : 0;
+  out["decoded"] = report != nullptr && report->decoded;
   Json problems = Json::array();
   if (report) {
     for (const auto& p : report->problems) {
@@ -49,6 +50,7 @@ int RunVerify(const VerifyCmdOptions& options, std::ostream& out, std::ostream& 
     bool big = ::stat(file.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) > kProgressMinBytes;
     ProgressBar bar("verify " + file, tty && big);
     VerifyOptions vopts;
+    vopts.decode = !options.checksums_only;
     if (tty && big) vopts.progress = [&bar](uint64_t done, uint64_t total) { bar.Update(done, total); };
     Result<VerifyReport> result = VerifyFile(file, vopts);
     bar.Finish();
@@ -69,7 +71,8 @@ int RunVerify(const VerifyCmdOptions& options, std::ostream& out, std::ostream& 
     if (report.ok()) {
       if (options.verbose) {
         out << file << ": OK (" << report.entries << " entries, " << report.chunks << " chunks, "
-            << report.bytes_checked << " bytes checked)\n";
+            << report.bytes_checked << " bytes checked"
+            << (report.decoded ? "" : ", checksums only") << ")\n";
       }
       continue;
     }

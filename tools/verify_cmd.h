@@ -1,4 +1,4 @@
-// `ckfmt verify FILE... [--json] [--quiet|-q] [--verbose|-v]`.
+// `ckfmt verify FILE... [--json] [--quiet|-q] [--verbose|-v] [--checksums-only]`.
 #pragma once
 
 #include <iosfwd>
@@ -15,6 +15,7 @@ struct VerifyCmdOptions {
   bool json = false;
   bool quiet = false;    // no output on stdout; the exit code tells
   bool verbose = false;  // a line per valid file too
+  bool checksums_only = false;  // VerifyOptions::decode = false
 };
 
 // Files larger than this get a progress bar (when stderr is a terminal).

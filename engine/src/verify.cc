@@ -1,7 +1,8 @@
 // VerifyFile: one pass over the whole file, in file order. Every byte is
 // either structure (header, footer: checked field by field), index
-// (checksum), chunk data (checksum, and must decode to its raw size) or
-// padding (must be zero). The data region's checks run on a thread pool.
+// (checksum), chunk data (checksum, and must decode to its raw size unless
+// the options say not to decode) or padding (must be zero). The data
+// region's checks run on a thread pool.
 #include "ckfmt/verify.h"
 
 #include <algorithm>
@@ -73,7 +74,8 @@ Status Verifier::ScanDataRegion(uint64_t end) {
       return Status::OK();
     }
     const Extent& x = extents_[it.chunk];
-    if (std::string m = checkers[worker]->Check(*x.chunk, p); !m.empty()) {
+    std::string m = checkers[worker]->Check(*x.chunk, p, opts_.decode);
+    if (!m.empty()) {
       found[k] = VerifyProblem{
           IsKnownCodec(x.chunk->codec) ? StatusCode::kCorruption : StatusCode::kUnsupported,
           "chunk @ " + std::to_string(x.chunk->offset) + " (" + FormatKeyPath(x.entry->path) + ")",
@@ -171,6 +173,7 @@ Status Verifier::Check() {
 Result<VerifyReport> VerifyFile(const std::string& path, const VerifyOptions& options) {
   VerifyReport report;
   report.file = path;
+  report.decoded = options.decode;
   CKFMT_ASSIGN_OR_RETURN(File file, File::OpenRead(path, options.io.direct_io));
   CKFMT_ASSIGN_OR_RETURN(report.file_size, file.Size());
   Verifier v(file, options, report);

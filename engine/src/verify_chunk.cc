@@ -15,7 +15,26 @@ namespace ckfmt {
 ChunkChecker::ChunkChecker() : dctx_(ZSTD_createDCtx()) {}
 ChunkChecker::~ChunkChecker() { ZSTD_freeDCtx(dctx_); }
 
-std::string ChunkChecker::Check(const ChunkRecord& c, const uint8_t* stored) {
+namespace {
+
+// Z1, and whether a reader knows the codec: "" when the stored bytes are
+// the ones the writer checksummed, in a codec this build decodes.
+std::string StoredBytesProblem(const ChunkRecord& c, const uint8_t* stored) {
+  uint64_t sum = Checksum(stored, c.stored_size);
+  if (sum != c.checksum) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "checksum mismatch (expected %016llx, computed %016llx)",
+                  (unsigned long long)c.checksum, (unsigned long long)sum);
+    return buf;
+  }
+  if (!IsKnownCodec(c.codec)) return "unknown codec id " + std::to_string(c.codec);
+  return "";
+}
+
+}  // namespace
+
+std::string ChunkChecker::Check(const ChunkRecord& c, const uint8_t* stored, bool decode) {
+  if (!decode) return StoredBytesProblem(c, stored);
   if (Fine(c, stored)) return "";
   std::string problem = Explain(c, stored);
   if (problem.empty()) {
@@ -44,14 +63,7 @@ bool ChunkChecker::Fine(const ChunkRecord& c, const uint8_t* stored) {
 // The problem of a chunk that is not Fine, worded as a stream of its bytes
 // would find it.
 std::string ChunkChecker::Explain(const ChunkRecord& c, const uint8_t* stored) {
-  uint64_t sum = Checksum(stored, c.stored_size);
-  if (sum != c.checksum) {
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "checksum mismatch (expected %016llx, computed %016llx)",
-                  (unsigned long long)c.checksum, (unsigned long long)sum);
-    return buf;
-  }
-  if (!IsKnownCodec(c.codec)) return "unknown codec id " + std::to_string(c.codec);
+  if (std::string p = StoredBytesProblem(c, stored); !p.empty()) return p;
   if (c.codec == uint8_t(Codec::kBytePlaneZstd)) {
     Status s = DecodeBytePlanes(stored, c.stored_size, nullptr, c.raw_size);
     return s.ok() ? "" : s.message();

@@ -20,8 +20,9 @@ class ChunkChecker {
   ChunkChecker& operator=(const ChunkChecker&) = delete;
 
   // The chunk's problem, or "" when it is fine. `stored` holds its
-  // stored_size bytes.
-  std::string Check(const ChunkRecord& c, const uint8_t* stored);
+  // stored_size bytes. Without `decode`, only its checksum and that its
+  // codec is known are checked (Z1), not that it decodes (Z2).
+  std::string Check(const ChunkRecord& c, const uint8_t* stored, bool decode = true);
 
  private:
   bool Fine(const ChunkRecord& c, const uint8_t* stored);

@@ -76,7 +76,23 @@ TEST(ChunkCheckerTest, BytePlaneStreamErrorsBehindAGoodChecksum) {
       raw += 1;
     }
     EXPECT_EQ(checker.Check(Record(bad, raw), bad.data()), c.expect) << c.what;
+    // Their checksums match: a pass that does not decode takes them.
+    EXPECT_EQ(checker.Check(Record(bad, raw), bad.data(), /*decode=*/false), "") << c.what;
   }
+}
+
+TEST(ChunkCheckerTest, WithoutDecodingChecksumAndCodecAreStillChecked) {
+  size_t raw_size = 0;
+  std::vector<uint8_t> stored = BytePlaneChunk(1000, &raw_size);
+  ChunkChecker checker;
+  ChunkRecord r = Record(stored, raw_size);
+  EXPECT_EQ(checker.Check(r, stored.data(), /*decode=*/false), "");
+  r.codec = 9;
+  EXPECT_EQ(checker.Check(r, stored.data(), /*decode=*/false), "unknown codec id 9");
+  r = Record(stored, raw_size);
+  stored[100] ^= 1;
+  EXPECT_TRUE(checker.Check(r, stored.data(), /*decode=*/false).starts_with("checksum mismatch ("))
+      << checker.Check(r, stored.data(), false);
 }
 
 }  // namespace

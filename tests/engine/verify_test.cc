@@ -128,6 +128,36 @@ TEST(VerifyTest, ProblemsNameTheChunkAndKeyAndAllAreListed) {
   }
 }
 
+TEST(VerifyTest, ChecksumsOnlyPassSaysSoAndFindsDamage) {
+  ScopedTempDir dir;
+  const std::string path = WriteSmallCompressedFile(dir.File("z.ckfmt"), Codec::kZstd);
+  VerifyOptions vo;
+  vo.decode = false;
+  auto clean = VerifyFile(path, vo);
+  CKFMT_ASSERT_OK(clean);
+  EXPECT_TRUE(clean->ok());
+  EXPECT_FALSE(clean->decoded);
+  EXPECT_EQ(clean->bytes_checked, FileSize(path));
+  auto full = VerifyFile(path);
+  CKFMT_ASSERT_OK(full);
+  EXPECT_TRUE(full->decoded);
+
+  uint64_t offset = 0;
+  {
+    auto rd = CheckpointReader::Open(path);
+    CKFMT_ASSERT_OK(rd);
+    offset = (*rd)->Find({"z"})->pieces[0].chunks[0].offset;
+  }
+  XorByte(path, offset + 3);
+  auto damaged = VerifyFile(path, vo);
+  CKFMT_ASSERT_OK(damaged);
+  ASSERT_EQ(damaged->problems.size(), 1u);
+  EXPECT_EQ(damaged->problems[0].code, StatusCode::kCorruption);
+  EXPECT_EQ(damaged->problems[0].where, "chunk @ " + std::to_string(offset) + " (z)");
+  EXPECT_TRUE(damaged->problems[0].message.starts_with("checksum mismatch"))
+      << damaged->problems[0].message;
+}
+
 TEST(VerifyTest, MissingFileIsAnError) {
   ScopedTempDir dir;
   auto r = VerifyFile(dir.File("nope.ckfmt"));
@@ -136,11 +166,13 @@ TEST(VerifyTest, MissingFileIsAnError) {
 
 // Flip one byte at a time, at every offset of a small file (all of them when
 // the file is at most 64 KiB), and require VerifyFile to notice each time.
-void ExpectEveryFlipDetected(const std::string& path, IoBackend backend, uint64_t stride) {
+void ExpectEveryFlipDetected(const std::string& path, IoBackend backend, uint64_t stride,
+                             bool decode = true) {
   const uint64_t size = FileSize(path);
   ASSERT_LE(size, 64u << 10) << "keep the exhaustive test's file small";
   ASSERT_GE(size, 3u * 4096) << "the file should hold data chunks";
   VerifyOptions vo;
+  vo.decode = decode;
   vo.io.backend = backend;
   vo.io.threads = 1;
   // Buffered: an O_DIRECT read of a just-modified page forces a writeback
@@ -183,6 +215,17 @@ TEST(VerifyEveryByteTest, BytePlaneChunksEveryByte) {
   ScopedTempDir dir;
   ExpectEveryFlipDetected(WriteSmallCompressedFile(dir.File("b.ckfmt"), Codec::kBytePlaneZstd),
                           IoBackend::kPread, 1);
+}
+
+// Without decoding, the checksums alone still catch every changed byte
+// (spec §8.1), compressed chunks included.
+TEST(VerifyEveryByteTest, ChecksumsOnlyEveryByte) {
+  ScopedTempDir dir;
+  for (Codec codec : {Codec::kZstd, Codec::kBytePlaneZstd}) {
+    SCOPED_TRACE(std::string(CodecName(uint8_t(codec))));
+    ExpectEveryFlipDetected(WriteSmallCompressedFile(dir.File("c.ckfmt"), codec),
+                            IoBackend::kPread, 1, /*decode=*/false);
+  }
 }
 
 TEST(VerifyEveryByteTest, UringSample) {
