@@ -9,6 +9,7 @@
 #include "ckfmt/index.h"
 #include "file_io.h"
 #include "torch_save_reader.h"
+#include "pickle_globals.h"
 #include "unpickler.h"
 #include "zip_reader.h"
 

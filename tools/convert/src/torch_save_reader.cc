@@ -4,6 +4,7 @@
 #include <map>
 
 #include "crc32.h"
+#include "pickle_globals.h"
 #include "unpickler.h"
 
 namespace ckfmt::convert {

@@ -8,10 +8,10 @@
 
 #include "crc32.h"
 #include "file_io.h"
+#include "pickle_globals.h"
 #include "pickle_writer.h"
 #include "place_tensor.h"
 #include "sink.h"
-#include "unpickler.h"
 #include "zip_writer.h"
 
 namespace ckfmt::convert {
