@@ -57,11 +57,12 @@ int main(int argc, char** argv) {
   CLI::App* convert_cmd = app.add_subcommand(
       "convert",
       "Convert torch.save (.pt/.pth/.bin), DCP directories and safetensors to ckfmt, and ckfmt "
-      "to safetensors or torch.save. Sources are recognised by content; the output format "
-      "follows DST's extension or --to. Pickle is never executed.");
+      "to safetensors, torch.save or a DCP directory. Sources are recognised by content; the "
+      "output format follows DST's extension or --to (needed for DCP). Pickle is never "
+      "executed.");
   convert_cmd->add_option("SRC", conv.convert.src, "Source file or directory")->required();
-  convert_cmd->add_option("DST", conv.convert.dst, "Destination file")->required();
-  convert_cmd->add_option("--to", conv.to, "Output format: ckfmt, safetensors or torch");
+  convert_cmd->add_option("DST", conv.convert.dst, "Destination file (DCP: directory)")->required();
+  convert_cmd->add_option("--to", conv.to, "Output format: ckfmt, safetensors, torch or dcp");
   convert_cmd->add_flag("--allow-opaque-pickle", conv.convert.allow_opaque_pickle,
                         "Carry objects with unknown pickle globals as opaque \"pickle\" bytes "
                         "(never executed) instead of refusing the file");

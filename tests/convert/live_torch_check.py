@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Live check of `ckfmt convert` output against torch itself.
 
-For each committed fixture: convert it to ckfmt, then ckfmt -> .pt and
-ckfmt -> .safetensors with the converter, and load those with
-torch.load(weights_only=True) and safetensors.torch.load_file. Every tensor
-(dtype, shape, XXH3 of its bytes) and value must match the fixture's
-manifest. The optimizer state of the MLP fixture must load into a fresh
-AdamW. Needs a Python with torch, safetensors and xxhash (the fixtures venv);
+For each committed fixture: convert it to ckfmt, then ckfmt -> .pt,
+ckfmt -> .safetensors and ckfmt -> a DCP directory with the converter, and
+load those with torch.load(weights_only=True), safetensors.torch.load_file
+and DCP's dcp_to_torch_save. Every tensor (dtype, shape, XXH3 of its bytes)
+and value must match the fixture's manifest. The MLP fixture's model and
+optimizer state must load into a fresh model and AdamW, from the .pt and
+through dcp.load from the DCP directory. Needs a Python with torch, safetensors and xxhash (the fixtures venv);
 CTest registers this only when configure finds one.
 """
 import argparse
@@ -36,8 +37,12 @@ def main():
     ap.add_argument("--ckfmt", required=True, help="the ckfmt binary")
     ap.add_argument("--fixtures", required=True)
     args = ap.parse_args()
+    import warnings
     import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
     from safetensors.torch import load_file
+    warnings.filterwarnings("ignore")  # DCP warns that no process group is set up
 
     passed, failed = 0, 0
 
@@ -49,9 +54,20 @@ def main():
             failed += 1
             print(f"FAIL {name}: {detail}")
 
-    def convert(src, dst):
-        r = subprocess.run([args.ckfmt, "convert", src, dst, "--no-fsync"], capture_output=True,
-                           text=True)
+    def differing(got, want):
+        return [k for k in set(got) | set(want) if got.get(k) != want.get(k)][:6]
+
+    def check_against_manifest(name, obj, manifest):
+        if set(obj.keys()) == {"value"} and "value" not in str(list(manifest["tensors"])):
+            obj = obj["value"]
+        tensors, values = summarize(obj)
+        check(f"{name} tensors", tensors == manifest["tensors"],
+              differing(tensors, manifest["tensors"]))
+        check(f"{name} values", values == manifest["values"], differing(values, manifest["values"]))
+
+    def convert(src, dst, *extra):
+        r = subprocess.run([args.ckfmt, "convert", src, dst, "--no-fsync", *extra],
+                           capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"convert {src} -> {dst} failed: {r.stderr}")
         return r.stdout
@@ -68,24 +84,18 @@ def main():
             convert(ck, pt)
             convert(ck, st)
 
-            obj = torch.load(pt, weights_only=True)
-            if set(obj.keys()) == {"value"} and "value" not in str(list(manifest["tensors"])):
-                obj = obj["value"]
-            tensors, values = summarize(obj)
-            check(f"{fx} .pt tensors", tensors == manifest["tensors"],
-                  sorted(set(tensors.items()) ^ set(manifest["tensors"].items()))[:4]
-                  if False else
-                  [k for k in set(tensors) | set(manifest["tensors"])
-                   if tensors.get(k) != manifest["tensors"].get(k)][:6])
-            check(f"{fx} .pt values", values == manifest["values"],
-                  [k for k in set(values) | set(manifest["values"])
-                   if values.get(k) != manifest["values"].get(k)][:6])
+            check_against_manifest(f"{fx} .pt", torch.load(pt, weights_only=True), manifest)
+
+            dcp_dir = base + "_dcp"
+            convert(ck, dcp_dir, "--to", "dcp")
+            back = base + "_dcp.pt"
+            dcp_to_torch_save(dcp_dir, back)
+            check_against_manifest(f"{fx} DCP", torch.load(back, weights_only=False), manifest)
 
             flat = load_file(st)
             st_tensors = {k: make_fixtures.tensor_info(v) for k, v in flat.items()}
             want = {k: v for k, v in manifest["tensors"].items() if v["dtype"] != "complex128"}
-            check(f"{fx} .safetensors tensors", st_tensors == want,
-                  [k for k in set(st_tensors) | set(want) if st_tensors.get(k) != want.get(k)][:6])
+            check(f"{fx} .safetensors tensors", st_tensors == want, differing(st_tensors, want))
 
         # The MLP's optimizer state loads into a fresh AdamW (int param ids,
         # tuple betas, tensor steps), and the model's weights into the model.
@@ -109,6 +119,30 @@ def main():
             check("mlp optimizer resumes", ok, "int keys / tuple betas lost")
         except Exception as e:  # noqa: BLE001
             check("mlp optimizer resumes", False, repr(e))
+
+        # The same state through dcp.load into a model and an AdamW that has
+        # stepped once (DCP loads in place, so the state must exist).
+        dcp_dir = os.path.join(tmp, "mlp_dcp")
+        convert(ck, dcp_dir, "--to", "dcp")
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                    torch.nn.Linear(32, 8))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+        model(torch.randn(2, 16)).sum().backward()
+        opt.step()
+        sd = {"model": model.state_dict(), "optim": opt.state_dict()}
+        try:
+            dcp.load(sd, checkpoint_id=dcp_dir)
+            model.load_state_dict(sd["model"])
+            opt.load_state_dict(sd["optim"])
+            want = torch.load(pt, weights_only=True)  # obj was stepped above
+            ok = all(torch.equal(model.state_dict()[k], want["model"][k]) for k in want["model"])
+            got_state = opt.state_dict()["state"]
+            ok = ok and all(torch.equal(got_state[i][n], want["optim"]["state"][i][n])
+                            for i in want["optim"]["state"] for n in ("exp_avg", "exp_avg_sq"))
+            ok = ok and opt.state_dict()["param_groups"][0]["betas"] == (0.9, 0.999)
+            check("mlp dcp.load into model and AdamW", ok, "values differ")
+        except Exception as e:  # noqa: BLE001
+            check("mlp dcp.load into model and AdamW", False, repr(e))
 
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0

@@ -1,6 +1,10 @@
-// ckfmt -> safetensors -> ckfmt and ckfmt -> torch.save zip -> ckfmt keep
-// every tensor bit for bit (and, through torch, every value and key type).
+// ckfmt -> safetensors -> ckfmt, ckfmt -> torch.save zip -> ckfmt and
+// ckfmt -> DCP -> ckfmt keep every tensor bit for bit (and, through torch,
+// every value and key type; through DCP, every value).
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
 
 #include "convert_test_util.h"
 
@@ -50,6 +54,33 @@ TEST_P(RoundTripTest, ThroughTorchZip) {
   };
   EXPECT_EQ(meta(a, "convert.torch.int_key_dicts"), meta(c, "convert.torch.int_key_dicts"));
   EXPECT_EQ(meta(a, "convert.torch.tuples"), meta(c, "convert.torch.tuples"));
+}
+
+TEST_P(RoundTripTest, ThroughDcp) {
+  std::string dir = MakeTempDir("rt_dcp");
+  ConvertOrDie(Fixture(GetParam()), dir + "/a.ckfmt");
+  ConvertOptions to_dcp;
+  to_dcp.to = Format::kDcp;
+  ConvertReport r1 = ConvertOrDie(dir + "/a.ckfmt", dir + "/d", to_dcp);
+  EXPECT_EQ(r1.to, Format::kDcp);
+  EXPECT_EQ(*DetectFormat(dir + "/d"), Format::kDcp);
+  ConvertOrDie(dir + "/d", dir + "/d.ckfmt");
+  FileSummary a = SummarizeCkfmt(dir + "/a.ckfmt");
+  FileSummary d = SummarizeCkfmt(dir + "/d.ckfmt");
+  EXPECT_EQ(a.tensors, d.tensors);
+  std::set<std::string> dropped;
+  for (const auto& e : r1.dropped) dropped.insert(e.key);
+  for (const auto& [k, v] : a.values) {
+    if (dropped.count(k)) continue;
+    auto it = d.values.find(k);
+    ASSERT_NE(it, d.values.end()) << k;
+    EXPECT_EQ(it->second, v) << k;
+  }
+  EXPECT_EQ(a.bytes, d.bytes);
+  // Nothing but the directory itself is left beside it.
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) names.insert(e.path().filename());
+  EXPECT_EQ(names, (std::set<std::string>{"a.ckfmt", "d", "d.ckfmt"}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, RoundTripTest,

@@ -12,10 +12,12 @@
 namespace ckfmt_fuzz {
 
 inline void RunConvert(const std::string& src, const std::string& dst, const uint8_t* data,
-                       size_t size) {
+                       size_t size,
+                       ckfmt::convert::Format to = ckfmt::convert::Format::kAuto) {
   ckfmt::convert::ConvertOptions o;
   o.src = src;
   o.dst = dst;
+  o.to = to;
   o.fsync = false;
   o.memory_budget = 16ull << 20;
   o.io_staging_bytes = 8ull << 20;

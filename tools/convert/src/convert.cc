@@ -42,7 +42,7 @@ Result<Format> ParseFormat(const std::string& name) {
   if (n == "torch-legacy") return Format::kTorchLegacy;
   if (n == "dcp") return Format::kDcp;
   return Status::InvalidArgument("unknown format \"" + name +
-                                 "\" (expected ckfmt, safetensors or torch)");
+                                 "\" (expected ckfmt, safetensors, torch or dcp)");
 }
 
 namespace {
@@ -60,7 +60,8 @@ Result<Format> FormatFromExtension(const std::string& dst) {
     return Format::kTorchZip;
   }
   return Status::InvalidArgument(dst + ": cannot tell the output format from the extension "
-                                 "(.ckfmt, .safetensors, .pt/.pth/.bin); pass --to");
+                                 "(.ckfmt, .safetensors, .pt/.pth/.bin); pass --to (a DCP "
+                                 "directory: --to dcp)");
 }
 
 void Count(const Node& n, ConvertReport* r, bool root) {
@@ -122,9 +123,10 @@ Result<ConvertReport> Run(const ConvertOptions& options) {
   if (to == Format::kAuto) {
     CKFMT_ASSIGN_OR_RETURN(to, FormatFromExtension(options.dst));
   }
-  if (to != Format::kCkfmt && to != Format::kSafetensors && to != Format::kTorchZip) {
+  if (to != Format::kCkfmt && to != Format::kSafetensors && to != Format::kTorchZip &&
+      to != Format::kDcp) {
     return Status::InvalidArgument(std::string("cannot write ") + FormatName(to) +
-                                   "; outputs are ckfmt, safetensors and torch");
+                                   "; outputs are ckfmt, safetensors, torch and dcp");
   }
   report.from = from;
   report.to = to;
@@ -195,6 +197,7 @@ Result<ConvertReport> Run(const ConvertOptions& options) {
     case Format::kCkfmt: stats = WriteCkfmt(root, options.dst, so, &log); break;
     case Format::kSafetensors: stats = WriteSafetensors(root, options.dst, so, &log); break;
     case Format::kTorchZip: stats = WriteTorchZip(root, options.dst, so, &log); break;
+    case Format::kDcp: stats = WriteDcp(root, options.dst, so, &log); break;
     default: break;
   }
   if (!stats.ok()) return stats.status();
@@ -202,7 +205,7 @@ Result<ConvertReport> Run(const ConvertOptions& options) {
     report.scalars = stats->scalars;
     report.containers = stats->containers;
     report.blobs = stats->blobs;
-  } else if (to == Format::kTorchZip) {
+  } else if (to == Format::kTorchZip || to == Format::kDcp) {
     Count(root, &report, true);
   }
   report.tensors = stats->tensors;

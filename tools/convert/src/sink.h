@@ -1,4 +1,4 @@
-// What every writer (ckfmt, safetensors, torch zip) takes and reports.
+// What every writer (ckfmt, safetensors, torch zip, DCP) takes and reports.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +40,9 @@ Result<SinkStats> WriteSafetensors(const Node& root, const std::string& path,
                                    const SinkOptions& options, ConvertLog* log);
 Result<SinkStats> WriteTorchZip(const Node& root, const std::string& path,
                                 const SinkOptions& options, ConvertLog* log);
+// A DCP directory at `dir`, which must not exist or be empty.
+Result<SinkStats> WriteDcp(const Node& root, const std::string& dir, const SinkOptions& options,
+                           ConvertLog* log);
 
 // Reads a ckfmt file into a tree (tensors read lazily through the reader).
 Result<Node> ReadCkfmt(const std::string& path, ConvertLog* log,

@@ -12,6 +12,7 @@
 #include "pickle_writer.h"
 #include "place_tensor.h"
 #include "sink.h"
+#include "torch_zip_writer.h"
 #include "zip_writer.h"
 
 namespace ckfmt::convert {
@@ -142,35 +143,42 @@ struct Pickler {
 
 }  // namespace
 
-Result<SinkStats> WriteTorchZip(const Node& root, const std::string& path,
-                                const SinkOptions& options, ConvertLog* log) {
+Result<uint64_t> WriteTorchArchive(const Node& value, const std::string& key, OutputFile* out,
+                                   uint64_t base, PieceMemory& memory, const SinkOptions& options,
+                                   ConvertLog* log, SinkStats* stats) {
   Pickler p;
   p.log = log;
-  CKFMT_RETURN_IF_ERROR(p.Visit(root, ""));
+  CKFMT_RETURN_IF_ERROR(p.Visit(value, key));
   p.w.Stop();
-  SinkStats stats;
-  CKFMT_ASSIGN_OR_RETURN(auto out, OutputFile::Create(path));
-  ZipWriter zip(out.get());
-  PieceMemory memory(options.budget);
+  ZipWriter zip(out, base);
   std::string prefix = kPrefix;
   CKFMT_RETURN_IF_ERROR(zip.AddRecord(prefix + "data.pkl", p.w.data()));
   CKFMT_RETURN_IF_ERROR(zip.AddRecord(prefix + "byteorder", "little"));
   for (size_t i = 0; i < p.storages.size(); ++i) {
     // Not a structured binding: lambdas capture those only since Clang 16.
-    const std::string& key = p.storages[i].first;
+    const std::string& tensor_key = p.storages[i].first;
     const auto& t = p.storages[i].second;
     CKFMT_ASSIGN_OR_RETURN(uint64_t off,
                            zip.BeginRecord(prefix + "data/" + std::to_string(i), t->nbytes()));
     uint32_t crc = 0;
-    CKFMT_RETURN_IF_ERROR(PlaceTensor(out.get(), off, *t, memory, &crc, [&](uint64_t nb) {
-      stats.data_bytes += nb;
-      if (options.progress) options.progress(stats.data_bytes, options.total_bytes, key);
+    CKFMT_RETURN_IF_ERROR(PlaceTensor(out, off, *t, memory, &crc, [&](uint64_t nb) {
+      stats->data_bytes += nb;
+      if (options.progress) options.progress(stats->data_bytes, options.total_bytes, tensor_key);
     }));
     CKFMT_RETURN_IF_ERROR(zip.EndRecord(crc));
-    ++stats.tensors;
+    ++stats->tensors;
   }
   CKFMT_RETURN_IF_ERROR(zip.AddRecord(prefix + "version", "3\n"));
-  CKFMT_ASSIGN_OR_RETURN(stats.output_bytes, zip.Finish());
+  return zip.Finish();
+}
+
+Result<SinkStats> WriteTorchZip(const Node& root, const std::string& path,
+                                const SinkOptions& options, ConvertLog* log) {
+  SinkStats stats;
+  CKFMT_ASSIGN_OR_RETURN(auto out, OutputFile::Create(path));
+  PieceMemory memory(options.budget);
+  CKFMT_ASSIGN_OR_RETURN(stats.output_bytes,
+                         WriteTorchArchive(root, "", out.get(), 0, memory, options, log, &stats));
   CKFMT_RETURN_IF_ERROR(out->Commit(options.fsync));
   return stats;
 }

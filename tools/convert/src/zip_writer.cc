@@ -55,12 +55,12 @@ Result<uint64_t> ZipWriter::BeginRecord(const std::string& name, uint64_t size) 
   P16(h, uint16_t(extra.size()));
   h += name;
   h += extra;
-  CKFMT_RETURN_IF_ERROR(out_->WriteAt(pos_, h.data(), h.size()));
+  CKFMT_RETURN_IF_ERROR(out_->WriteAt(base_ + pos_, h.data(), h.size()));
   uint64_t data = pos_ + h.size();
   entries_.push_back(e);
   pos_ = data + size;
   open_ = true;
-  return data;
+  return base_ + data;
 }
 
 Status ZipWriter::EndRecord(uint32_t crc) {
@@ -70,7 +70,7 @@ Status ZipWriter::EndRecord(uint32_t crc) {
   e.crc = crc;
   std::string c;
   P32(c, crc);
-  return out_->WriteAt(e.header_offset + 14, c.data(), 4);
+  return out_->WriteAt(base_ + e.header_offset + 14, c.data(), 4);
 }
 
 Status ZipWriter::AddRecord(const std::string& name, const std::string& data) {
@@ -144,7 +144,7 @@ Result<uint64_t> ZipWriter::Finish() {
   P32(tail, z64 ? k32 : uint32_t(cd_offset));
   P16(tail, 0);
   cd += tail;
-  CKFMT_RETURN_IF_ERROR(out_->WriteAt(cd_offset, cd.data(), cd.size()));
+  CKFMT_RETURN_IF_ERROR(out_->WriteAt(base_ + cd_offset, cd.data(), cd.size()));
   pos_ = cd_offset + cd.size();
   return pos_;
 }

@@ -16,16 +16,18 @@ namespace ckfmt::convert {
 
 class ZipWriter {
  public:
-  explicit ZipWriter(OutputFile* out) : out_(out) {}
+  // The archive starts at byte `base` of `out` (DCP packs many archives
+  // into one file); offsets inside it count from there.
+  explicit ZipWriter(OutputFile* out, uint64_t base = 0) : out_(out), base_(base) {}
   // Use ZIP64 fields for every record and the end record (for tests).
   void set_force_zip64(bool v) { force_zip64_ = v; }
   // Writes the local header of a record of `size` bytes and returns the
-  // absolute offset where its data goes (a multiple of 64).
+  // offset in `out` where its data goes (64-byte aligned in the archive).
   Result<uint64_t> BeginRecord(const std::string& name, uint64_t size);
   // Closes the current record (its data must be written) with its CRC-32.
   Status EndRecord(uint32_t crc);
   Status AddRecord(const std::string& name, const std::string& data);
-  // Central directory and end records. Returns the archive size.
+  // Central directory and end records. Returns the archive's size.
   Result<uint64_t> Finish();
 
  private:
@@ -35,6 +37,7 @@ class ZipWriter {
     uint32_t crc = 0;
   };
   OutputFile* out_;
+  uint64_t base_;
   std::vector<Entry> entries_;
   uint64_t pos_ = 0;
   bool open_ = false;

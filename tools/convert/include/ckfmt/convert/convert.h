@@ -5,7 +5,8 @@
 // DCP directories (.metadata + __R_N.distcp); safetensors files and sharded
 // safetensors repos (model.safetensors.index.json, or its directory).
 // Outputs: ckfmt, safetensors (tensors only), torch.save zip loadable with
-// torch.load(weights_only=True).
+// torch.load(weights_only=True), and DCP directories that
+// torch.distributed.checkpoint loads (one data file, whole tensors).
 //
 // Pickle is never executed: a restricted unpickler interprets the opcodes
 // and accepts only the globals torch checkpoints use. Tensor data is
@@ -28,10 +29,10 @@ enum class Format {
   kSafetensorsSharded,  // model.safetensors.index.json (+ shards); source only
   kTorchZip,       // torch.save since 1.6
   kTorchLegacy,    // torch.save before 1.6 (_use_new_zipfile_serialization=False); source only
-  kDcp,            // torch.distributed.checkpoint directory; source only
+  kDcp,            // torch.distributed.checkpoint directory
 };
 const char* FormatName(Format f);
-// "ckfmt", "safetensors", "torch"/"pt" ... for the CLI's --to.
+// "ckfmt", "safetensors", "torch"/"pt", "dcp" ... for the CLI's --to.
 Result<Format> ParseFormat(const std::string& name);
 
 // (bytes done, bytes total, key being converted).

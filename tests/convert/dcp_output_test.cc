@@ -1,0 +1,207 @@
+// `ckfmt convert --to dcp`: the directory it writes, how it flattens a
+// state the way DCP does, and what it refuses without leaving anything
+// behind. (Loading the output with torch itself: live_torch_check.py.)
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ckfmt/writer.h"
+#include "convert_test_util.h"
+#include "file_io.h"
+#include "unpickler.h"
+#include "util/raw_file.h"
+
+namespace ckfmt::convert::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+Status ConvertToDcp(const std::string& src, const std::string& dst, ConvertReport* report = nullptr) {
+  ConvertOptions o;
+  o.src = src;
+  o.dst = dst;
+  o.to = Format::kDcp;
+  o.fsync = false;
+  Result<ConvertReport> r = Run(o);
+  if (r.ok() && report) *report = *r;
+  return r.status();
+}
+
+Tensor Iota(DType dtype, Shape shape) {
+  Tensor t = Tensor::Zeros(dtype, shape);
+  auto* p = static_cast<uint8_t*>(t.data());
+  for (uint64_t i = 0; i < t.nbytes(); ++i) p[i] = uint8_t(i * 7 + 3);
+  return t;
+}
+
+// Every entry name in dir.
+std::set<std::string> Names(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename());
+  return names;
+}
+
+// fqn -> kind ("tensor" or "bytes") and fqn -> planner path, from .metadata.
+struct DcpKeys {
+  std::map<std::string, std::string> kinds;
+  std::map<std::string, std::vector<std::string>> paths;  // list indices as "#i"
+};
+
+DcpKeys ReadDcpKeys(const std::string& dir) {
+  DcpKeys keys;
+  UnpickleOptions uo;
+  uo.where = dir;
+  auto meta = Unpickle(ReadFile(dir + "/.metadata"), uo);
+  EXPECT_TRUE(meta.ok()) << meta.status().ToString();
+  if (!meta.ok()) return keys;
+  const py::Object* sdm = (*meta)->Attr("state_dict_metadata");
+  const py::Object* planner = (*meta)->Attr("planner_data");
+  EXPECT_TRUE(sdm && planner);
+  if (!sdm || !planner) return keys;
+  for (const auto& [k, v] : sdm->dict) {
+    keys.kinds[k->s] = v->s2 == "TensorStorageMetadata" ? "tensor" : v->s2;
+  }
+  for (const auto& [k, v] : planner->dict) {
+    std::vector<std::string> path;
+    for (const auto& part : v->items) {
+      path.push_back(part->kind == py::Kind::kInt ? "#" + std::to_string(part->i) : part->s);
+    }
+    keys.paths[k->s] = path;
+  }
+  return keys;
+}
+
+TEST(DcpOutput, FlattensAsDcpDoes) {
+  std::string dir = MakeTempDir("dcp_flat");
+  Dict model;
+  model.Set("w", Iota(DType::kBF16, {3, 4}));
+  List tensors;
+  tensors.push_back(Iota(DType::kF32, {2}));
+  tensors.push_back(Iota(DType::kF32, {}));
+  List ints;
+  ints.push_back(int64_t{1});
+  ints.push_back(int64_t{2});
+  List nested;  // lists of scalars only: one leaf
+  nested.push_back(ints);
+  nested.push_back(List{});
+  List mixed;  // a dict inside: walked into
+  Dict inner;
+  inner.Set("lr", 0.5);
+  mixed.push_back(inner);
+  mixed.push_back(int64_t{7});
+  Dict state;
+  state.Set("model", model);
+  state.Set("tensors", tensors);
+  state.Set("ints", ints);
+  state.Set("nested", nested);
+  state.Set("mixed", mixed);
+  state.Set("empty", Dict{});
+  state.Set("name", std::string("run-1"));
+  state.Set("blob", Bytes{"json", "{\"epoch\": 3}"});
+  const std::string src = dir + "/s.ckfmt";
+  ASSERT_TRUE(Save(src, Value(state)).ok());
+
+  ConvertReport report;
+  ASSERT_TRUE(ConvertToDcp(src, dir + "/out", &report).ok());
+  EXPECT_EQ(Names(dir + "/out"), (std::set<std::string>{".metadata", "__0_0.distcp"}));
+  DcpKeys keys = ReadDcpKeys(dir + "/out");
+  std::map<std::string, std::string> want = {
+      {"model.w", "tensor"},
+      {"tensors.0", "tensor"},
+      {"tensors.1", "tensor"},
+      {"ints", "BytesStorageMetadata"},
+      {"nested", "BytesStorageMetadata"},
+      {"mixed.0.lr", "BytesStorageMetadata"},
+      {"mixed.1", "BytesStorageMetadata"},
+      {"name", "BytesStorageMetadata"},
+      {"blob", "BytesStorageMetadata"},
+  };
+  EXPECT_EQ(keys.kinds, want);
+  EXPECT_EQ(keys.paths["tensors.1"], (std::vector<std::string>{"tensors", "#1"}));
+  EXPECT_EQ(keys.paths["mixed.0.lr"], (std::vector<std::string>{"mixed", "#0", "lr"}));
+  EXPECT_EQ(keys.paths["model.w"], (std::vector<std::string>{"model", "w"}));
+  ASSERT_EQ(report.dropped.size(), 1u);
+  EXPECT_EQ(report.dropped[0].key, "empty");
+
+  // And back: the same tensors and values at the same paths.
+  ConvertOrDie(dir + "/out", dir + "/back.ckfmt");
+  FileSummary a = SummarizeCkfmt(src), b = SummarizeCkfmt(dir + "/back.ckfmt");
+  EXPECT_EQ(a.tensors, b.tensors);
+  for (const auto& [k, v] : a.values) EXPECT_EQ(b.values[k], v) << k;
+}
+
+TEST(DcpOutput, KeysThatFlattenAlikeAreRefused) {
+  std::string dir = MakeTempDir("dcp_dup");
+  Dict a;
+  a.Set("b", Iota(DType::kU8, {2}));
+  Dict state;
+  state.Set("a", a);
+  state.Set("a.b", Iota(DType::kU8, {2}));
+  const std::string src = dir + "/s.ckfmt";
+  ASSERT_TRUE(Save(src, Value(state)).ok());
+  Status s = ConvertToDcp(src, dir + "/out");
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.ToString();
+  EXPECT_NE(s.message().find("flatten to the same DCP key \"a.b\""), std::string::npos)
+      << s.ToString();
+  EXPECT_EQ(Names(dir), std::set<std::string>{"s.ckfmt"});  // no output, no temporary
+}
+
+TEST(DcpOutput, PartialTensorIsRefusedAndNothingIsLeft) {
+  std::string dir = MakeTempDir("dcp_partial");
+  ckfmt_test::RawFileBuilder b;
+  IndexRecord idx;
+  EntryRecord t = ckfmt_test::TensorEntry({"t"}, DType::kU8, {8});
+  t.partial = true;
+  t.pieces.push_back(b.AddPiece(Region::Flat(0, 4), 0, "abcd", 4096));
+  idx.entries.push_back(t);
+  const std::string src = dir + "/partial.ckfmt";
+  WriteFile(src, b.Build(idx));
+  Status s = ConvertToDcp(src, dir + "/out");
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.ToString();
+  EXPECT_NE(s.message().find("\"t\": tensor is partial"), std::string::npos) << s.ToString();
+  EXPECT_EQ(Names(dir), std::set<std::string>{"partial.ckfmt"});
+}
+
+TEST(DcpOutput, AnExistingDestinationIsKeptUnlessEmpty) {
+  std::string dir = MakeTempDir("dcp_dest");
+  const std::string src = dir + "/s.ckfmt";
+  Dict state;
+  state.Set("w", Iota(DType::kF32, {4}));
+  ASSERT_TRUE(Save(src, Value(state)).ok());
+
+  fs::create_directory(dir + "/full");
+  WriteFile(dir + "/full/.metadata", "an older checkpoint");
+  Status s = ConvertToDcp(src, dir + "/full");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("exists and is not an empty directory"), std::string::npos);
+  EXPECT_EQ(ReadFile(dir + "/full/.metadata"), "an older checkpoint");
+
+  WriteFile(dir + "/file", "x");
+  EXPECT_EQ(ConvertToDcp(src, dir + "/file").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadFile(dir + "/file"), "x");
+
+  EXPECT_EQ(ConvertToDcp(src, dir + "/no/such/dir").code(), StatusCode::kNotFound);
+
+  fs::create_directory(dir + "/empty");
+  ASSERT_TRUE(ConvertToDcp(src, dir + "/empty/").ok());  // a trailing slash, too
+  EXPECT_EQ(Names(dir + "/empty"), (std::set<std::string>{".metadata", "__0_0.distcp"}));
+  EXPECT_EQ(Names(dir), (std::set<std::string>{"s.ckfmt", "full", "file", "empty"}));
+}
+
+TEST(DcpOutput, NeedsToBeAskedFor) {
+  std::string dir = MakeTempDir("dcp_ask");
+  ConvertOptions o;
+  o.src = Fixture("mlp_adamw.pt");
+  o.dst = dir + "/out";
+  Status s = convert::Run(o).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("--to dcp"), std::string::npos) << s.ToString();
+  EXPECT_EQ(*ParseFormat("DCP"), Format::kDcp);
+}
+
+}  // namespace
+}  // namespace ckfmt::convert::testing
