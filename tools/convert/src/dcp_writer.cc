@@ -308,11 +308,12 @@ Result<SinkStats> WriteDcp(const Node& root, const std::string& dst_arg,
     }
   }
 
-  TempDir tmp{TemporaryPathFor(dst)};
-  if (::mkdir(tmp.path.c_str(), 0755) != 0) {
+  const std::string tmp_path = TemporaryPathFor(dst);
+  if (::mkdir(tmp_path.c_str(), 0755) != 0) {
     if (errno == ENOENT) return Status::NotFound(dst + ": its directory does not exist");
-    return Status::FromErrno(errno, "cannot create directory " + tmp.path);
+    return Status::FromErrno(errno, "cannot create directory " + tmp_path);
   }
+  TempDir tmp{tmp_path};
   SinkStats stats;
   PieceMemory memory(options.budget);
   {
