@@ -134,6 +134,74 @@ TEST(DcpOutput, FlattensAsDcpDoes) {
   for (const auto& [k, v] : a.values) EXPECT_EQ(b.values[k], v) << k;
 }
 
+// fqn -> its chunks' boxes ("offsets/sizes"), from .metadata.
+std::map<std::string, std::vector<std::string>> ReadDcpChunks(const std::string& dir) {
+  std::map<std::string, std::vector<std::string>> out;
+  UnpickleOptions uo;
+  uo.where = dir;
+  auto meta = Unpickle(ReadFile(dir + "/.metadata"), uo);
+  EXPECT_TRUE(meta.ok()) << meta.status().ToString();
+  if (!meta.ok()) return out;
+  auto ints = [](const py::Object* t) {
+    std::string s;
+    for (const auto& x : t->items) s += (s.empty() ? "" : ",") + std::to_string(x->i);
+    return s;
+  };
+  for (const auto& [k, v] : (*meta)->Attr("state_dict_metadata")->dict) {
+    const py::Object* chunks = v->Attr("chunks");
+    if (!chunks) continue;
+    for (const auto& c : chunks->items) {
+      out[k->s].push_back(ints(c->Attr("offsets")) + "/" + ints(c->Attr("sizes")));
+    }
+  }
+  return out;
+}
+
+// A whole tensor of `shape` whose saved layout is `layout`.
+void AddWithLayout(CheckpointWriter& w, const std::string& key, Shape shape,
+                   const std::vector<Region>& layout) {
+  Tensor t = Iota(DType::kF32, shape);
+  ASSERT_TRUE(
+      w.AddTensorPiece({key}, DType::kF32, shape, Region::Whole(shape), 0, t.data()).ok());
+  for (size_t r = 0; r < layout.size(); ++r) {
+    ASSERT_TRUE(w.AddSavedLayout({key}, ShardRecord{uint32_t(r), layout[r]}).ok()) << key;
+  }
+}
+
+TEST(DcpOutput, SavedShardsBecomeChunks) {
+  std::string dir = MakeTempDir("dcp_chunks");
+  const std::string src = dir + "/s.ckfmt";
+  {
+    SaveOptions so;
+    so.world_size = 4;
+    so.save_mode = "flattened";
+    auto w = CheckpointWriter::Create(src, so);
+    ASSERT_TRUE(w.ok());
+    // FSDP2-like rows, with a replica of the first and an empty last shard.
+    AddWithLayout(**w, "rows", {6, 4},
+                  {Region::Box({0, 0}, {3, 4}), Region::Box({3, 0}, {3, 4}),
+                   Region::Box({0, 0}, {3, 4}), Region::Box({6, 0}, {0, 4})});
+    // Tensor-parallel columns: each chunk is a strided box of the tensor.
+    AddWithLayout(**w, "cols", {4, 6}, {Region::Box({0, 3}, {4, 3}), Region::Box({0, 0}, {4, 3})});
+    // Not a tiling: overlapping boxes, flat ranges, a gap. Written whole.
+    AddWithLayout(**w, "overlap", {4}, {Region::Box({0}, {3}), Region::Box({2}, {2})});
+    AddWithLayout(**w, "flat", {8}, {Region::Flat(0, 4), Region::Flat(4, 4)});
+    AddWithLayout(**w, "gap", {4}, {Region::Box({0}, {1}), Region::Box({2}, {2})});
+    ASSERT_TRUE((*w)->Commit().ok());
+  }
+  ConvertReport report;
+  ASSERT_TRUE(ConvertToDcp(src, dir + "/out", &report).ok());
+  EXPECT_EQ(report.tensors, 5u);
+  auto chunks = ReadDcpChunks(dir + "/out");
+  EXPECT_EQ(chunks["rows"], (std::vector<std::string>{"0,0/3,4", "3,0/3,4"}));
+  EXPECT_EQ(chunks["cols"], (std::vector<std::string>{"0,0/4,3", "0,3/4,3"}));
+  EXPECT_EQ(chunks["overlap"], (std::vector<std::string>{"0/4"}));
+  EXPECT_EQ(chunks["flat"], (std::vector<std::string>{"0/8"}));
+  EXPECT_EQ(chunks["gap"], (std::vector<std::string>{"0/4"}));
+  ConvertOrDie(dir + "/out", dir + "/back.ckfmt");
+  EXPECT_EQ(SummarizeCkfmt(src).tensors, SummarizeCkfmt(dir + "/back.ckfmt").tensors);
+}
+
 TEST(DcpOutput, KeysThatFlattenAlikeAreRefused) {
   std::string dir = MakeTempDir("dcp_dup");
   Dict a;

@@ -7,7 +7,9 @@ load those with torch.load(weights_only=True), safetensors.torch.load_file
 and DCP's dcp_to_torch_save. Every tensor (dtype, shape, XXH3 of its bytes)
 and value must match the fixture's manifest. The MLP fixture's model and
 optimizer state must load into a fresh model and AdamW, from the .pt and
-through dcp.load from the DCP directory. Needs a Python with torch, safetensors and xxhash (the fixtures venv);
+through dcp.load from the DCP directory; the tensor-parallel fixture's DCP
+output, whose tensors keep their shards as chunks, must load on 2 gloo
+ranks into DTensors split other ways. Needs a Python with torch, safetensors and xxhash (the fixtures venv);
 CTest registers this only when configure finds one.
 """
 import argparse
@@ -23,13 +25,48 @@ sys.path.insert(0, os.path.join(HERE, "..", "fixtures"))
 import make_fixtures  # noqa: E402  (walk / tensor_info: the manifest's own rules)
 
 FIXTURES = ["mlp_adamw.pt", "dtypes.pt", "views.pt", "legacy.pt", "model.safetensors",
-            "sharded_st", "dcp_fsdp2"]
+            "sharded_st", "dcp_fsdp2", "dcp_tp"]
 
 
 def summarize(obj):
     tensors, values = {}, {}
     make_fixtures.walk(obj, [], tensors, values)
     return tensors, values
+
+
+def reshard_worker(rank, port, dcp_dir, manifest_path, result_file):
+    """Loads the DCP output of the tensor-parallel fixture on 2 gloo ranks
+    into DTensors split other ways than it was saved, and checks the full
+    values against the manifest."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    mesh = init_device_mesh("cpu", (2,))
+    layouts = {"colwise.weight": ((4, 5), torch.float32, Shard(0)),
+               "rowwise.weight": ((5, 6), torch.bfloat16, Shard(1)),
+               "heads": ((2, 3, 7), torch.int32, Shard(1)),
+               "bias": ((6,), torch.float64, Shard(0))}
+    state = {"model": {k: distribute_tensor(torch.zeros(shape, dtype=dt), mesh, [p])
+                       for k, (shape, dt, p) in layouts.items()},
+             "step": 0}
+    dcp.load(state, checkpoint_id=dcp_dir)
+    full = {k: v.full_tensor() for k, v in state["model"].items()}
+    if rank == 0:
+        with open(manifest_path) as f:
+            want = json.load(f)
+        bad = [k for k, t in full.items()
+               if make_fixtures.tensor_info(t) != want["tensors"]["model." + k]]
+        if state["step"] != 7:
+            bad.append("step")
+        with open(result_file, "w") as f:
+            f.write(",".join(bad) if bad else "ok")
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def main():
@@ -143,6 +180,29 @@ def main():
             check("mlp dcp.load into model and AdamW", ok, "values differ")
         except Exception as e:  # noqa: BLE001
             check("mlp dcp.load into model and AdamW", False, repr(e))
+
+        # A resharding load on 2 ranks of a DCP output whose tensors are in
+        # chunks (the fixture's column, row and last-dim splits).
+        import socket
+        import torch.multiprocessing as mp
+        ck = os.path.join(tmp, "tp.ckfmt")
+        dcp_dir = os.path.join(tmp, "tp_dcp")
+        convert(os.path.join(args.fixtures, "dcp_tp"), ck)
+        convert(ck, dcp_dir, "--to", "dcp")
+        result = os.path.join(tmp, "reshard.txt")
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        sock.close()
+        try:
+            mp.spawn(reshard_worker, args=(port, dcp_dir,
+                                           os.path.join(args.fixtures, "dcp_tp.manifest.json"),
+                                           result), nprocs=2, join=True)
+            with open(result) as f:
+                got = f.read()
+            check("tp DCP output loads resharded on 2 ranks", got == "ok", got)
+        except Exception as e:  # noqa: BLE001
+            check("tp DCP output loads resharded on 2 ranks", False, repr(e))
 
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0

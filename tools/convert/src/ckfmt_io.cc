@@ -21,22 +21,32 @@ class CkfmtTensorSource : public TensorSource {
     uint64_t numel = 1;
     for (uint64_t d : shape) numel *= d;
     if (numel == 0) return fn(Region::Whole(shape), 0, nullptr, 0);
+    if (!partial) return StreamBox(memory, Region::Whole(shape), fn);
     std::vector<Region> boxes;
-    if (partial) {
-      for (const Region& r : piece_regions) {
-        if (r.NumElements()) boxes.push_back(r);
-      }
-    } else {
-      std::vector<size_t> order(shape.size());
-      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-      const uint64_t esize = DTypeSize(dtype);
-      CKFMT_RETURN_IF_ERROR(SplitBoxes(
-          shape, order, memory.budget(), [&](const Region& r) { return r.NumElements() * esize; },
-          [&](const Region& r) {
-            boxes.push_back(r);
-            return Status::OK();
-          }));
+    for (const Region& r : piece_regions) {
+      if (r.NumElements()) boxes.push_back(r);
     }
+    return ReadBoxes(memory, boxes, fn);
+  }
+
+  bool CanStreamBoxes() const override { return !partial; }
+
+  Status StreamBox(PieceMemory& memory, const Region& box, const PieceFn& fn) override {
+    std::vector<size_t> order(shape.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    const uint64_t esize = DTypeSize(dtype);
+    std::vector<Region> boxes;
+    CKFMT_RETURN_IF_ERROR(SplitBox(
+        box, order, memory.budget(), [&](const Region& r) { return r.NumElements() * esize; },
+        [&](const Region& r) {
+          boxes.push_back(r);
+          return Status::OK();
+        }));
+    return ReadBoxes(memory, boxes, fn);
+  }
+
+ private:
+  Status ReadBoxes(PieceMemory& memory, const std::vector<Region>& boxes, const PieceFn& fn) {
     return StreamWithReadAhead(
         boxes, 0,
         [&](const Region& r, int slot, const uint8_t** data, uint64_t* n) -> Status {

@@ -2,17 +2,24 @@
 // dcp_to_torch_save) reads, as one process's FileSystemWriter would write
 // it. The tree is flattened the way DCP flattens a state dict: dicts always,
 // lists only where they hold tensors or dicts, tuples and everything else
-// as leaves. Each tensor is whole, one chunk, stored as a torch.save archive
-// of it; every other leaf is a torch.save archive of its value (DCP's
-// "bytes" items). All go into __0_0.distcp; .metadata is the pickled
+// as leaves. A tensor is stored as chunks, each a torch.save archive of its
+// box: the boxes its ranks held when it was saved (its saved layout), where
+// those tile it and the source can read a box directly, else the whole
+// tensor as one chunk; either way each rank of a load reads only the chunks
+// that hold its part. Every other leaf is a torch.save archive of its value
+// (DCP's "bytes" items). All go into __0_0.distcp; .metadata is the pickled
 // Metadata dataclass (protocol 2), with planner_data mapping each flattened
 // key to its path. The directory appears complete or not at all: it is
 // written under a temporary name and renamed.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <set>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -29,12 +36,73 @@ constexpr const char* kMetadataModule = "torch.distributed.checkpoint.metadata";
 
 using PathPart = std::variant<std::string, uint64_t>;  // dict key or list index
 
+struct Chunk {
+  Region box;                       // tensors: in the tensor's coordinates
+  uint64_t offset = 0, length = 0;  // its archive in the data file
+};
+
 struct Item {
   std::string fqn;
   std::string key;  // the path for messages
   std::vector<PathPart> path;
   const Node* node;
-  uint64_t offset = 0, length = 0;  // its archive in the data file
+  std::vector<Chunk> chunks;  // one for a bytes item
+};
+
+// More chunks than this per tensor are not worth checking for a tiling
+// (quadratic): such a tensor is written whole.
+constexpr size_t kMaxChunks = 4096;
+
+// The distinct non-empty boxes of `t`'s saved layout (replicas repeat
+// them), in row-major order of their offsets, if they tile the tensor
+// exactly and the source can read them; otherwise the whole tensor.
+std::vector<Region> ChunkBoxes(const TensorSource& t) {
+  const std::vector<Region> whole = {Region::Whole(t.shape)};
+  if (!t.CanStreamBoxes() || t.saved_layout.size() < 2) return whole;
+  std::set<std::pair<Shape, Shape>> seen;
+  std::vector<Region> boxes;
+  uint64_t covered = 0;
+  for (const ShardRecord& s : t.saved_layout) {
+    const Region& r = s.region;
+    if (r.kind != Region::Kind::kBox || !ValidateRegion(r, t.shape).ok()) return whole;
+    if (r.NumElements() == 0 || !seen.emplace(r.offsets, r.lengths).second) continue;
+    if (boxes.size() == kMaxChunks) return whole;
+    boxes.push_back(r);
+    covered += r.NumElements();
+  }
+  if (boxes.size() < 2 || covered != Region::Whole(t.shape).NumElements()) return whole;
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    for (size_t j = i + 1; j < boxes.size(); ++j) {
+      if (RegionsIntersect(t.shape, boxes[i], boxes[j])) return whole;
+    }
+  }
+  std::sort(boxes.begin(), boxes.end(),
+            [](const Region& a, const Region& b) { return a.offsets < b.offsets; });
+  return boxes;
+}
+
+// One box of a tensor as a tensor of its own, for the chunk's archive.
+class BoxView : public TensorSource {
+ public:
+  BoxView(std::shared_ptr<TensorSource> whole, Region box)
+      : whole_(std::move(whole)), box_(std::move(box)) {
+    dtype = whole_->dtype;
+    shape = box_.lengths;
+  }
+  Status Stream(PieceMemory& memory, const PieceFn& fn) override {
+    return whole_->StreamBox(memory, box_,
+                             [&](const Region& r, uint32_t rank, const void* data, uint64_t n) {
+                               Region local = r;
+                               for (size_t d = 0; d < local.offsets.size(); ++d) {
+                                 local.offsets[d] -= box_.offsets[d];
+                               }
+                               return fn(local, rank, data, n);
+                             });
+  }
+
+ private:
+  std::shared_ptr<TensorSource> whole_;
+  Region box_;
 };
 
 bool Opaque(const Node& n) { return n.kind == Node::Kind::kBytes && n.content_type == "pickle"; }
@@ -129,7 +197,7 @@ Shape RowMajorStrides(const Shape& shape) {
   return stride;
 }
 
-void TensorMetadata(PickleWriter& w, const TensorSource& t) {
+void TensorMetadata(PickleWriter& w, const TensorSource& t, const std::vector<Chunk>& chunks) {
   NewDataclass(w, kMetadataModule, "TensorStorageMetadata");
   w.EmptyDict();
   w.Mark();
@@ -159,22 +227,25 @@ void TensorMetadata(PickleWriter& w, const TensorSource& t) {
   w.Str("chunks");
   w.EmptyList();
   w.Mark();
-  NewDataclass(w, kMetadataModule, "ChunkStorageMetadata");
-  w.EmptyDict();
-  w.Mark();
-  w.Str("offsets");
-  TorchSize(w, Shape(t.shape.size(), 0));
-  w.Str("sizes");
-  TorchSize(w, t.shape);
-  w.SetItems();
-  w.Build();
+  for (const Chunk& c : chunks) {
+    NewDataclass(w, kMetadataModule, "ChunkStorageMetadata");
+    w.EmptyDict();
+    w.Mark();
+    w.Str("offsets");
+    TorchSize(w, c.box.offsets);
+    w.Str("sizes");
+    TorchSize(w, c.box.lengths);
+    w.SetItems();
+    w.Build();
+  }
   w.Appends();
   w.SetItems();
   w.Build();
 }
 
-void StorageEntry(PickleWriter& w, const Item& item) {
+void StorageEntry(PickleWriter& w, const Item& item, size_t k) {
   const bool tensor = item.node->kind == Node::Kind::kTensor;
+  const Chunk& chunk = item.chunks[k];
   NewDataclass(w, kMetadataModule, "MetadataIndex");
   w.EmptyDict();
   w.Mark();
@@ -182,12 +253,12 @@ void StorageEntry(PickleWriter& w, const Item& item) {
   w.Str(item.fqn);
   w.Str("offset");
   if (tensor) {
-    TorchSize(w, Shape(item.node->tensor->shape.size(), 0));
+    TorchSize(w, chunk.box.offsets);
   } else {
     w.None();
   }
   w.Str("index");
-  if (tensor) w.Int(0); else w.None();
+  if (tensor) w.Int(static_cast<int64_t>(k)); else w.None();
   w.SetItems();
   w.Build();
   NewDataclass(w, "torch.distributed.checkpoint.filesystem", "_StorageInfo");
@@ -196,9 +267,9 @@ void StorageEntry(PickleWriter& w, const Item& item) {
   w.Str("relative_path");
   w.Str(kDataFile);
   w.Str("offset");
-  w.Int(static_cast<int64_t>(item.offset));
+  w.Int(static_cast<int64_t>(chunk.offset));
   w.Str("length");
-  w.Int(static_cast<int64_t>(item.length));
+  w.Int(static_cast<int64_t>(chunk.length));
   w.SetItems();
   w.Build();
 }
@@ -214,7 +285,7 @@ std::string MetadataPickle(const std::vector<Item>& items) {
     w.Mark();
     w.Str(item.fqn);
     if (item.node->kind == Node::Kind::kTensor) {
-      TensorMetadata(w, *item.node->tensor);
+      TensorMetadata(w, *item.node->tensor, item.chunks);
     } else {
       NewDataclass(w, kMetadataModule, "BytesStorageMetadata");
     }
@@ -239,9 +310,11 @@ std::string MetadataPickle(const std::vector<Item>& items) {
   w.Str("storage_data");
   w.EmptyDict();
   for (const Item& item : items) {
-    w.Mark();
-    StorageEntry(w, item);
-    w.SetItems();
+    for (size_t k = 0; k < item.chunks.size(); ++k) {
+      w.Mark();
+      StorageEntry(w, item, k);
+      w.SetItems();
+    }
   }
   w.Str("storage_meta");
   NewDataclass(w, kMetadataModule, "StorageMeta");
@@ -299,13 +372,18 @@ Result<SinkStats> WriteDcp(const Node& root, const std::string& dst_arg,
   Flattener flat(log);
   std::vector<PathPart> path;
   CKFMT_RETURN_IF_ERROR(flat.Visit(root, path, ""));
-  for (const Item& item : flat.items) {
+  for (Item& item : flat.items) {
     const Node& n = *item.node;
-    if (n.kind == Node::Kind::kTensor && n.tensor->partial) {
+    if (n.kind != Node::Kind::kTensor) {
+      item.chunks.resize(1);
+      continue;
+    }
+    if (n.tensor->partial) {
       return Status::Unsupported(KeyForMessage(item.key) +
                                  ": tensor is partial (not every element was saved); DCP "
                                  "output writes whole tensors");
     }
+    for (Region& box : ChunkBoxes(*n.tensor)) item.chunks.push_back({std::move(box)});
   }
 
   const std::string tmp_path = TemporaryPathFor(dst);
@@ -320,11 +398,20 @@ Result<SinkStats> WriteDcp(const Node& root, const std::string& dst_arg,
     CKFMT_ASSIGN_OR_RETURN(auto data, OutputFile::Create(JoinPath(tmp.path, kDataFile)));
     uint64_t end = 0;
     for (Item& item : flat.items) {
-      item.offset = (end + 63) / 64 * 64;  // tensor bytes stay 64-byte aligned in the file
-      CKFMT_ASSIGN_OR_RETURN(item.length,
-                             WriteTorchArchive(*item.node, item.key, data.get(), item.offset,
-                                               memory, options, log, &stats));
-      end = item.offset + item.length;
+      for (Chunk& c : item.chunks) {
+        Node part;
+        const Node* value = item.node;
+        if (item.chunks.size() > 1) {
+          part.kind = Node::Kind::kTensor;
+          part.tensor = std::make_shared<BoxView>(item.node->tensor, c.box);
+          value = &part;
+        }
+        c.offset = (end + 63) / 64 * 64;  // tensor bytes stay 64-byte aligned in the file
+        CKFMT_ASSIGN_OR_RETURN(c.length, WriteTorchArchive(*value, item.key, data.get(),
+                                                           c.offset, memory, options, log, &stats));
+        end = c.offset + c.length;
+      }
+      stats.tensors -= item.chunks.size() - 1;  // a tensor, however many chunks
     }
     CKFMT_RETURN_IF_ERROR(data->Commit(options.fsync));
     stats.output_bytes = end;

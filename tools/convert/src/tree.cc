@@ -69,7 +69,17 @@ Status SplitRec(Region box, const std::vector<size_t>& order, size_t level, uint
 Status SplitBoxes(const Shape& shape, const std::vector<size_t>& order, uint64_t budget,
                   const std::function<uint64_t(const Region&)>& cost,
                   const std::function<Status(const Region&)>& emit) {
-  return SplitRec(Region::Whole(shape), order, 0, std::max<uint64_t>(budget, 1), cost, emit);
+  return SplitBox(Region::Whole(shape), order, budget, cost, emit);
+}
+
+Status SplitBox(const Region& box, const std::vector<size_t>& order, uint64_t budget,
+                const std::function<uint64_t(const Region&)>& cost,
+                const std::function<Status(const Region&)>& emit) {
+  return SplitRec(box, order, 0, std::max<uint64_t>(budget, 1), cost, emit);
+}
+
+Status TensorSource::StreamBox(PieceMemory&, const Region&, const PieceFn&) {
+  return Status::Internal("this tensor source cannot stream a box");
 }
 
 Result<std::shared_ptr<TensorSource>> StridedTensorSource::Create(

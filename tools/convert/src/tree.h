@@ -64,6 +64,12 @@ class TensorSource {
   // Emits pieces that together cover the tensor exactly once, each holding
   // at most about memory.budget() bytes, read into `memory`.
   virtual Status Stream(PieceMemory& memory, const PieceFn& fn) = 0;
+  // Sources that read any box of the tensor directly (a ckfmt file) say so,
+  // and StreamBox then emits boxes (in the tensor's coordinates) that cover
+  // `box` exactly once, as Stream does the whole tensor.
+  // REQUIRES for StreamBox: CanStreamBoxes(); `box` is a box within shape.
+  virtual bool CanStreamBoxes() const { return false; }
+  virtual Status StreamBox(PieceMemory& memory, const Region& box, const PieceFn& fn);
   uint64_t nbytes() const;
 };
 
@@ -105,6 +111,11 @@ Status StreamWithReadAhead(const std::vector<Region>& boxes, uint32_t rank, cons
 Status SplitBoxes(const Shape& shape, const std::vector<size_t>& order, uint64_t budget,
                   const std::function<uint64_t(const Region&)>& cost,
                   const std::function<Status(const Region&)>& emit);
+// The same for the box `box` of a tensor: sub-boxes in the tensor's
+// coordinates.
+Status SplitBox(const Region& box, const std::vector<size_t>& order, uint64_t budget,
+                const std::function<uint64_t(const Region&)>& cost,
+                const std::function<Status(const Region&)>& emit);
 
 struct Node {
   enum class Kind { kNone, kBool, kInt, kFloat, kStr, kBytes, kTensor, kDict, kList };
