@@ -202,6 +202,30 @@ TEST(DcpOutput, SavedShardsBecomeChunks) {
   EXPECT_EQ(SummarizeCkfmt(src).tensors, SummarizeCkfmt(dir + "/back.ckfmt").tensors);
 }
 
+// A parallel save has no saved layout: each rank's shard is a piece.
+TEST(DcpOutput, ParallelSavePiecesBecomeChunks) {
+  std::string dir = MakeTempDir("dcp_parallel");
+  const std::string src = dir + "/p.ckfmt";
+  {
+    SaveOptions so;
+    so.world_size = 2;
+    so.save_mode = "parallel";
+    auto w = CheckpointWriter::Create(src, so);
+    ASSERT_TRUE(w.ok());
+    Tensor t = Iota(DType::kF32, {5, 3});
+    const auto* p = static_cast<const uint8_t*>(t.data());
+    ASSERT_TRUE((*w)->AddTensorPiece({"w"}, DType::kF32, {5, 3}, Region::Box({0, 0}, {3, 3}), 0,
+                                     p).ok());
+    ASSERT_TRUE((*w)->AddTensorPiece({"w"}, DType::kF32, {5, 3}, Region::Box({3, 0}, {2, 3}), 1,
+                                     p + 9 * 4).ok());
+    ASSERT_TRUE((*w)->Commit().ok());
+  }
+  ASSERT_TRUE(ConvertToDcp(src, dir + "/out").ok());
+  EXPECT_EQ(ReadDcpChunks(dir + "/out")["w"], (std::vector<std::string>{"0,0/3,3", "3,0/2,3"}));
+  ConvertOrDie(dir + "/out", dir + "/back.ckfmt");
+  EXPECT_EQ(SummarizeCkfmt(src).tensors, SummarizeCkfmt(dir + "/back.ckfmt").tensors);
+}
+
 TEST(DcpOutput, KeysThatFlattenAlikeAreRefused) {
   std::string dir = MakeTempDir("dcp_dup");
   Dict a;

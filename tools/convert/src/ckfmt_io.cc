@@ -232,6 +232,11 @@ Result<Node> ReadCkfmt(const std::string& path, ConvertLog* log,
         t->saved_layout = e.saved_layout;
         t->partial = e.partial;
         for (const auto& pc : e.pieces) t->piece_regions.push_back(pc.region);
+        // A parallel save keeps each rank's shard as a piece of its own,
+        // with no saved layout: the pieces say where the data lived.
+        if (t->saved_layout.empty() && index.save_mode == "parallel") {
+          for (const auto& pc : e.pieces) t->saved_layout.push_back({pc.rank, pc.region});
+        }
         n.kind = Node::Kind::kTensor;
         n.tensor = t;
         break;
