@@ -8,7 +8,9 @@ model.safetensors.index.json, and one safetensors file of as many. Each is
 converted to one ckfmt file by `ckfmt convert` and, as the baseline, to
 one file by the library that reads it: torch's dcp_to_torch_save, and
 safetensors load_file of every shard (or the file) then save_file of all
-tensors. Outputs are fsynced by both. Prints
+tensors. The other way, the DCP state as one ckfmt file (and as one .pt
+for the baseline) goes out to a DCP directory: `ckfmt convert --to dcp`
+against torch.load and dcp.save. Outputs are fsynced by both. Prints
 medians of --runs runs (min-max) and the baseline's time over ckfmt's.
 Costs here grow with the number of tensors, not bytes: this is what a
 many-expert model's checkpoint stresses.
@@ -70,6 +72,18 @@ def torch_dcp_convert(src, dst):
     fsync_file(dst)
 
 
+def torch_to_dcp(src, dst):
+    import torch.distributed.checkpoint as dcp
+    dcp.save(torch.load(src, weights_only=True), checkpoint_id=dst)
+
+
+def remove(path):
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    elif os.path.exists(path):
+        os.unlink(path)
+
+
 def st_consolidate(src, dst):
     from safetensors.torch import load_file, save_file
     with open(os.path.join(src, "model.safetensors.index.json")) as f:
@@ -97,25 +111,34 @@ def main():
         make_dcp(dcp_dir, args.dcp_tensors)
         make_st_repo(st_dir, args.st_tensors, args.st_shards)
         make_st_file(st_file, args.st_tensors)
+        # The DCP state as one file of each kind, for the way back out.
+        one_ckfmt, one_pt = os.path.join(work, "one.ckfmt"), os.path.join(work, "one.pt")
+        subprocess.run([args.tool, "convert", dcp_dir, one_ckfmt, "-q"], check=True)
+        torch_dcp_convert(dcp_dir, one_pt)
+        # (what, source, baseline name, baseline, its output, ckfmt's output, ckfmt arguments)
         cases = [
             (f"DCP dir, {args.dcp_tensors} tensors", dcp_dir, "torch dcp_to_torch_save",
-             torch_dcp_convert, "out.pt"),
+             torch_dcp_convert, "out.pt", "out.ckfmt", []),
             (f"safetensors repo, {args.st_tensors} tensors in {args.st_shards} shards", st_dir,
-             "safetensors load_file + save_file", st_consolidate, "out.safetensors"),
+             "safetensors load_file + save_file", st_consolidate, "out.safetensors", "out.ckfmt",
+             []),
             (f"safetensors file, {args.st_tensors} tensors", st_file,
-             "safetensors load_file + save_file", st_resave, "out.safetensors"),
+             "safetensors load_file + save_file", st_resave, "out.safetensors", "out.ckfmt", []),
+            (f"to a DCP dir, {args.dcp_tensors} tensors (ckfmt file / .pt)", one_ckfmt,
+             "torch.load + dcp.save", lambda src, dst: torch_to_dcp(one_pt, dst), "out_dcp_torch",
+             "out_dcp", ["--to", "dcp"]),
         ]
         print(f"many_tensors: torch {torch.__version__}, {args.runs} runs, dir {work}")
-        for what, src, base_name, base, base_out in cases:
+        for what, src, base_name, base, base_out, ckfmt_out, ckfmt_args in cases:
             times = {"ckfmt": [], "base": []}
             for run in range(args.runs):
                 for who in (["ckfmt", "base"] if run % 2 == 0 else ["base", "ckfmt"]):
-                    out = os.path.join(work, "out.ckfmt" if who == "ckfmt" else base_out)
-                    if os.path.exists(out):
-                        os.unlink(out)
+                    out = os.path.join(work, ckfmt_out if who == "ckfmt" else base_out)
+                    remove(out)
                     t0 = time.perf_counter()
                     if who == "ckfmt":
-                        subprocess.run([args.tool, "convert", src, out, "-q"], check=True)
+                        subprocess.run([args.tool, "convert", src, out, "-q", *ckfmt_args],
+                                       check=True)
                     else:
                         base(src, out)
                     times[who].append(time.perf_counter() - t0)
