@@ -284,4 +284,55 @@ FlatSpan FlatSpanOf(const Shape& shape, const Region& region) {
   return {first, last + 1};
 }
 
+namespace {
+
+// [a, b) of the sub-tensor shape[dim:] at leading indices `prefix`.
+void AppendRangeBoxes(const Shape& shape, std::vector<uint64_t>& prefix, uint64_t a, uint64_t b,
+                      std::vector<Region>* out) {
+  if (a == b) return;
+  const size_t dim = prefix.size();
+  auto box = [&](uint64_t row, uint64_t rows) {
+    Region r = Region::Box(prefix, std::vector<uint64_t>(dim, 1));
+    if (dim == shape.size()) return r;  // a single element
+    r.offsets.push_back(row);
+    r.lengths.push_back(rows);
+    for (size_t d = dim + 1; d < shape.size(); ++d) {
+      r.offsets.push_back(0);
+      r.lengths.push_back(shape[d]);
+    }
+    return r;
+  };
+  if (dim == shape.size()) {
+    out->push_back(box(0, 0));
+    return;
+  }
+  uint64_t row_size = 1;  // elements per index of dimension `dim`
+  for (size_t d = dim + 1; d < shape.size(); ++d) row_size *= shape[d];
+  auto partial_row = [&](uint64_t row, uint64_t from, uint64_t to) {
+    prefix.push_back(row);
+    AppendRangeBoxes(shape, prefix, from - row * row_size, to - row * row_size, out);
+    prefix.pop_back();
+  };
+  if (a % row_size != 0) {  // the head, inside one row
+    const uint64_t row = a / row_size;
+    const uint64_t end = std::min(b, (row + 1) * row_size);
+    partial_row(row, a, end);
+    a = end;
+  }
+  if (b / row_size > a / row_size && a % row_size == 0) {  // whole rows
+    out->push_back(box(a / row_size, b / row_size - a / row_size));
+    a = b / row_size * row_size;
+  }
+  if (a < b) partial_row(a / row_size, a, b);  // the tail
+}
+
+}  // namespace
+
+std::vector<Region> FlatRangeBoxes(const Shape& shape, uint64_t start, uint64_t length) {
+  std::vector<Region> out;
+  std::vector<uint64_t> prefix;
+  AppendRangeBoxes(shape, prefix, start, start + length, &out);
+  return out;
+}
+
 }  // namespace ckfmt

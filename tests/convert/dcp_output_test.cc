@@ -183,9 +183,10 @@ TEST(DcpOutput, SavedShardsBecomeChunks) {
                    Region::Box({0, 0}, {3, 4}), Region::Box({6, 0}, {0, 4})});
     // Tensor-parallel columns: each chunk is a strided box of the tensor.
     AddWithLayout(**w, "cols", {4, 6}, {Region::Box({0, 3}, {4, 3}), Region::Box({0, 0}, {4, 3})});
-    // Not a tiling: overlapping boxes, flat ranges, a gap. Written whole.
+    // FSDP1-like flat ranges that cut rows: the boxes that hold them.
+    AddWithLayout(**w, "flat", {4, 6}, {Region::Flat(0, 10), Region::Flat(10, 14)});
+    // Not a tiling: overlapping boxes, a gap. Written whole.
     AddWithLayout(**w, "overlap", {4}, {Region::Box({0}, {3}), Region::Box({2}, {2})});
-    AddWithLayout(**w, "flat", {8}, {Region::Flat(0, 4), Region::Flat(4, 4)});
     AddWithLayout(**w, "gap", {4}, {Region::Box({0}, {1}), Region::Box({2}, {2})});
     ASSERT_TRUE((*w)->Commit().ok());
   }
@@ -196,7 +197,8 @@ TEST(DcpOutput, SavedShardsBecomeChunks) {
   EXPECT_EQ(chunks["rows"], (std::vector<std::string>{"0,0/3,4", "3,0/3,4"}));
   EXPECT_EQ(chunks["cols"], (std::vector<std::string>{"0,0/4,3", "0,3/4,3"}));
   EXPECT_EQ(chunks["overlap"], (std::vector<std::string>{"0/4"}));
-  EXPECT_EQ(chunks["flat"], (std::vector<std::string>{"0/8"}));
+  EXPECT_EQ(chunks["flat"],
+            (std::vector<std::string>{"0,0/1,6", "1,0/1,4", "1,4/1,2", "2,0/2,6"}));
   EXPECT_EQ(chunks["gap"], (std::vector<std::string>{"0/4"}));
   ConvertOrDie(dir + "/out", dir + "/back.ckfmt");
   EXPECT_EQ(SummarizeCkfmt(src).tensors, SummarizeCkfmt(dir + "/back.ckfmt").tensors);

@@ -308,4 +308,45 @@ TEST(ForEachOverlapTest, TilingCoversDestinationExactlyOnce) {
   }
 }
 
+// The boxes' streams joined in order are the flat range's stream, and each
+// box is valid and non-empty; every range of several shapes, then random
+// ones.
+void ExpectFlatRangeBoxes(const Shape& shape, uint64_t start, uint64_t length) {
+  const std::vector<Region> boxes = ckfmt::FlatRangeBoxes(shape, start, length);
+  std::vector<uint64_t> joined;
+  for (const Region& b : boxes) {
+    ASSERT_EQ(b.kind, Region::Kind::kBox);
+    ASSERT_TRUE(ckfmt::ValidateRegion(b, shape).ok()) << b.ToString();
+    ASSERT_GT(b.NumElements(), 0u) << b.ToString();
+    for (uint64_t i : ckfmt_test::RefGlobalIndices(shape, b)) joined.push_back(i);
+  }
+  EXPECT_EQ(joined, ckfmt_test::RefGlobalIndices(shape, Region::Flat(start, length)))
+      << "range [" << start << ", " << start + length << ")";
+  EXPECT_LE(boxes.size(), std::max<size_t>(1, 2 * shape.size() - 1));
+}
+
+TEST(FlatRangeBoxesTest, EveryRangeOfSmallShapes) {
+  for (const Shape& shape : std::vector<Shape>{{}, {5}, {3, 4}, {2, 3, 4}, {2, 1, 3}, {4, 0}}) {
+    const uint64_t n = ckfmt_test::RefNumElements(shape);
+    for (uint64_t a = 0; a <= n; ++a) {
+      for (uint64_t b = a; b <= n; ++b) ExpectFlatRangeBoxes(shape, a, b - a);
+    }
+  }
+  EXPECT_TRUE(ckfmt::FlatRangeBoxes({3, 4}, 5, 0).empty());
+  // Whole rows are one box; a range inside a row is one box.
+  EXPECT_EQ(ckfmt::FlatRangeBoxes({3, 4}, 4, 8),
+            (std::vector<Region>{Region::Box({1, 0}, {2, 4})}));
+  EXPECT_EQ(ckfmt::FlatRangeBoxes({3, 4}, 5, 2),
+            (std::vector<Region>{Region::Box({1, 1}, {1, 2})}));
+}
+
+TEST(FlatRangeBoxesTest, RandomRanges) {
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 300; ++i) {
+    Shape shape = ckfmt_test::RandomShape(rng, 4, 6);
+    Region r = ckfmt_test::RandomFlat(rng, shape);
+    ExpectFlatRangeBoxes(shape, r.start, r.length);
+  }
+}
+
 }  // namespace

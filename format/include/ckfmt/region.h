@@ -91,4 +91,12 @@ struct FlatSpan {
 };
 FlatSpan FlatSpanOf(const Shape& shape, const Region& region);
 
+// Boxes that hold exactly the flat range [start, start + length) of a
+// tensor of `shape`: a partial row, whole rows and a partial row at each
+// level, in increasing flat order, each a contiguous run of the range, so
+// their streams joined in order are the range's stream. None when length
+// is 0. For formats whose shards must be boxes (DCP's chunks).
+// REQUIRES: ValidateRegion(Region::Flat(start, length), shape) succeeded.
+std::vector<Region> FlatRangeBoxes(const Shape& shape, uint64_t start, uint64_t length);
+
 }  // namespace ckfmt

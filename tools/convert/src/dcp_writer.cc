@@ -3,8 +3,9 @@
 // it. The tree is flattened the way DCP flattens a state dict: dicts always,
 // lists only where they hold tensors or dicts, tuples and everything else
 // as leaves. A tensor is stored as chunks, each a torch.save archive of its
-// box: the boxes its ranks held when it was saved (its saved layout), where
-// those tile it and the source can read a box directly, else the whole
+// box: the boxes its ranks held when it was saved (its saved layout; flat
+// ranges as the boxes that hold them), where those tile it and the source
+// can read a box directly, else the whole
 // tensor as one chunk; either way each rank of a load reads only the chunks
 // that hold its part. Every other leaf is a torch.save archive of its value
 // (DCP's "bytes" items). All go into __0_0.distcp; .metadata is the pickled
@@ -54,7 +55,8 @@ struct Item {
 constexpr size_t kMaxChunks = 4096;
 
 // The distinct non-empty boxes of `t`'s saved layout (replicas repeat
-// them), in row-major order of their offsets, if they tile the tensor
+// them; a flat range, as FSDP1 shards are, becomes the boxes that hold
+// it), in row-major order of their offsets, if they tile the tensor
 // exactly and the source can read them; otherwise the whole tensor.
 std::vector<Region> ChunkBoxes(const TensorSource& t) {
   const std::vector<Region> whole = {Region::Whole(t.shape)};
@@ -63,12 +65,17 @@ std::vector<Region> ChunkBoxes(const TensorSource& t) {
   std::vector<Region> boxes;
   uint64_t covered = 0;
   for (const ShardRecord& s : t.saved_layout) {
-    const Region& r = s.region;
-    if (r.kind != Region::Kind::kBox || !ValidateRegion(r, t.shape).ok()) return whole;
-    if (r.NumElements() == 0 || !seen.emplace(r.offsets, r.lengths).second) continue;
-    if (boxes.size() == kMaxChunks) return whole;
-    boxes.push_back(r);
-    covered += r.NumElements();
+    if (!ValidateRegion(s.region, t.shape).ok()) return whole;
+    const std::vector<Region> parts =
+        s.region.kind == Region::Kind::kBox
+            ? std::vector<Region>{s.region}
+            : FlatRangeBoxes(t.shape, s.region.start, s.region.length);
+    for (const Region& r : parts) {
+      if (r.NumElements() == 0 || !seen.emplace(r.offsets, r.lengths).second) continue;
+      if (boxes.size() == kMaxChunks) return whole;
+      boxes.push_back(r);
+      covered += r.NumElements();
+    }
   }
   if (boxes.size() < 2 || covered != Region::Whole(t.shape).NumElements()) return whole;
   for (size_t i = 0; i < boxes.size(); ++i) {
