@@ -166,7 +166,7 @@ class Flattener {
       return Status::Unsupported(KeyForMessage(key) + " and " + KeyForMessage(it->second) +
                                  " flatten to the same DCP key " + QuoteKey(fqn));
     }
-    items.push_back({std::move(fqn), key, path, &n});
+    items.push_back({std::move(fqn), key, path, &n, {}});
     return Status::OK();
   }
 
@@ -184,24 +184,14 @@ void NewDataclass(PickleWriter& w, const char* module, const char* name) {
   w.NewObj();
 }
 
-void IntTuple(PickleWriter& w, const Shape& v) {
-  w.Mark();
-  for (uint64_t x : v) w.Int(static_cast<int64_t>(x));
-  w.Tuple();
-}
-
 void TorchSize(PickleWriter& w, const Shape& v) {
   w.Global("torch", "Size");
   w.Mark();
-  IntTuple(w, v);
+  w.Mark();
+  for (uint64_t x : v) w.Int(static_cast<int64_t>(x));
+  w.Tuple();
   w.Tuple();
   w.Reduce();
-}
-
-Shape RowMajorStrides(const Shape& shape) {
-  Shape stride(shape.size(), 1);
-  for (size_t d = shape.size(); d-- > 1;) stride[d - 1] = stride[d] * shape[d];
-  return stride;
 }
 
 void TensorMetadata(PickleWriter& w, const TensorSource& t, const std::vector<Chunk>& chunks) {
@@ -211,7 +201,8 @@ void TensorMetadata(PickleWriter& w, const TensorSource& t, const std::vector<Ch
   w.Str("properties");
   NewDataclass(w, kMetadataModule, "TensorProperties");
   // TensorProperties.__setstate__'s tuple: dtype, layout, requires_grad,
-  // memory format (as _MEM_FORMAT_ENCODING), pin_memory, strides.
+  // memory format (as _MEM_FORMAT_ENCODING), pin_memory. Newer torch adds
+  // strides as a sixth, optional, element that older releases refuse.
   w.Mark();
   w.Global("torch", std::string(DTypeName(t.dtype)));
   w.Global("torch.serialization", "_get_layout");
@@ -226,7 +217,6 @@ void TensorMetadata(PickleWriter& w, const TensorSource& t, const std::vector<Ch
   w.Tuple();
   w.Reduce();
   w.Bool(false);
-  IntTuple(w, RowMajorStrides(t.shape));
   w.Tuple();
   w.Build();
   w.Str("size");
@@ -323,20 +313,8 @@ std::string MetadataPickle(const std::vector<Item>& items) {
       w.SetItems();
     }
   }
-  w.Str("storage_meta");
-  NewDataclass(w, kMetadataModule, "StorageMeta");
-  w.EmptyDict();
-  w.Mark();
-  w.Str("checkpoint_id");
-  w.None();
-  w.Str("save_id");
-  w.None();
-  w.Str("load_id");
-  w.None();
-  w.Str("modules");
-  w.EmptyList();
-  w.SetItems();
-  w.Build();
+  // No storage_meta: readers make an empty one, and its class is newer
+  // than DCP itself.
   w.Str("version");
   w.Str("1.0.0");
   w.SetItems();
