@@ -12,6 +12,7 @@
 
 #include "ckfmt/checksum.h"
 #include "ckfmt/reader.h"
+#include "util/raw_file.h"
 
 namespace ckfmt::convert::testing {
 
@@ -118,6 +119,21 @@ std::string ReadFile(const std::string& path) {
 void WriteFile(const std::string& path, const std::string& data) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(data.data(), static_cast<std::streamsize>(data.size()));
+}
+
+void WriteCkfmtWithPartialBytes(const std::string& path) {
+  ckfmt_test::RawFileBuilder b;
+  IndexRecord idx;
+  EntryRecord t = ckfmt_test::TensorEntry({"t"}, DType::kU8, {2});
+  t.pieces.push_back(b.AddPiece(Region::Whole({2}), 0, "xy", 4096));
+  idx.entries.push_back(t);
+  EntryRecord blob = ckfmt_test::TensorEntry({"blob"}, DType::kU8, {8});
+  blob.kind = EntryKind::kBytes;
+  blob.content_type = "bytes";
+  blob.partial = true;
+  blob.pieces.push_back(b.AddPiece(Region::Flat(0, 4), 0, "abcd", 4096));
+  idx.entries.push_back(blob);
+  WriteFile(path, b.Build(idx));
 }
 
 }  // namespace ckfmt::convert::testing

@@ -41,6 +41,11 @@ std::string Hex64(uint64_t v);
 ConvertReport ConvertOrDie(const std::string& src, const std::string& dst,
                            ConvertOptions o = {});
 
+// A ckfmt file holding a whole tensor "t" (2 bytes), then a bytes entry
+// "blob" of 8 bytes of which only the first 4 were saved (FORMAT.md 6.5
+// allows a partial bytes entry).
+void WriteCkfmtWithPartialBytes(const std::string& path);
+
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& data);
 

@@ -264,19 +264,8 @@ TEST(DcpOutput, PartialTensorIsRefusedAndNothingIsLeft) {
 // goes too.
 TEST(DcpOutput, PartialBytesAreRefusedAndNothingIsLeft) {
   std::string dir = MakeTempDir("dcp_partial_bytes");
-  ckfmt_test::RawFileBuilder b;
-  IndexRecord idx;
-  EntryRecord t = ckfmt_test::TensorEntry({"t"}, DType::kU8, {2});
-  t.pieces.push_back(b.AddPiece(Region::Whole({2}), 0, "xy", 4096));
-  idx.entries.push_back(t);
-  EntryRecord blob = ckfmt_test::TensorEntry({"blob"}, DType::kU8, {8});
-  blob.kind = EntryKind::kBytes;
-  blob.content_type = "bytes";
-  blob.partial = true;
-  blob.pieces.push_back(b.AddPiece(Region::Flat(0, 4), 0, "abcd", 4096));
-  idx.entries.push_back(blob);
   const std::string src = dir + "/partial.ckfmt";
-  WriteFile(src, b.Build(idx));
+  WriteCkfmtWithPartialBytes(src);  // the tensor is written before the refusal
   Status s = ConvertToDcp(src, dir + "/out");
   EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.ToString();
   EXPECT_NE(s.message().find("blob: bytes entry is partial"), std::string::npos) << s.ToString();

@@ -429,19 +429,8 @@ TEST(Refusal, CkfmtNestedBeyondTheConverterLimit) {
 // torch.save refuses a partial tensor. It used to stop every conversion.
 TEST(Refusal, CkfmtPartialBytesEntry) {
   std::string dir = MakeTempDir("partial_bytes");
-  ckfmt_test::RawFileBuilder b;
-  IndexRecord idx;
-  EntryRecord blob = ckfmt_test::TensorEntry({"blob"}, DType::kU8, {8});
-  blob.kind = EntryKind::kBytes;
-  blob.content_type = "bytes";
-  blob.partial = true;
-  blob.pieces.push_back(b.AddPiece(Region::Flat(0, 4), 0, "abcd", 4096));
-  idx.entries.push_back(blob);
-  EntryRecord t = ckfmt_test::TensorEntry({"t"}, DType::kU8, {2});
-  t.pieces.push_back(b.AddPiece(Region::Whole({2}), 0, "xy", 4096));
-  idx.entries.push_back(t);
   const std::string src = dir + "/partial.ckfmt";
-  WriteFile(src, b.Build(idx));
+  WriteCkfmtWithPartialBytes(src);
   ConvertReport r = ConvertOrDie(src, dir + "/out.safetensors");
   EXPECT_EQ(r.tensors, 1u);
   ASSERT_EQ(r.dropped.size(), 1u);

@@ -61,6 +61,7 @@ constexpr size_t kMaxChunks = 4096;
 std::vector<Region> ChunkBoxes(const TensorSource& t) {
   const std::vector<Region> whole = {Region::Whole(t.shape)};
   if (!t.CanStreamBoxes() || t.saved_layout.size() < 2) return whole;
+  const uint64_t numel = whole[0].NumElements();
   std::set<std::pair<Shape, Shape>> seen;
   std::vector<Region> boxes;
   uint64_t covered = 0;
@@ -72,12 +73,13 @@ std::vector<Region> ChunkBoxes(const TensorSource& t) {
             : FlatRangeBoxes(t.shape, s.region.start, s.region.length);
     for (const Region& r : parts) {
       if (r.NumElements() == 0 || !seen.emplace(r.offsets, r.lengths).second) continue;
-      if (boxes.size() == kMaxChunks) return whole;
-      boxes.push_back(r);
       covered += r.NumElements();
+      // More than the tensor holds: overlaps (and no sum can wrap).
+      if (boxes.size() == kMaxChunks || covered > numel) return whole;
+      boxes.push_back(r);
     }
   }
-  if (boxes.size() < 2 || covered != Region::Whole(t.shape).NumElements()) return whole;
+  if (boxes.size() < 2 || covered != numel) return whole;
   for (size_t i = 0; i < boxes.size(); ++i) {
     for (size_t j = i + 1; j < boxes.size(); ++j) {
       if (RegionsIntersect(t.shape, boxes[i], boxes[j])) return whole;
