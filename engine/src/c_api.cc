@@ -112,13 +112,27 @@ extern "C" int ckfmt_load_tensors(const char* path, const ckfmt_tensor* tensors,
   });
 }
 
-extern "C" int ckfmt_verify(const char* path, char* err, size_t err_cap) {
+namespace {
+
+int VerifyWith(const char* path, const VerifyOptions& options, char* err, size_t err_cap) {
   return Guarded(err, err_cap, [&]() -> Status {
     CKFMT_RETURN_IF_ERROR(RequirePath(path));
-    auto r = VerifyFile(path);
+    auto r = VerifyFile(path, options);
     if (!r.ok()) return r.status();
     if (r->ok()) return Status::OK();
     const auto& p = r->problems.front();
     return Status(p.code, path + std::string(": ") + p.where + ": " + p.message);
   });
+}
+
+}  // namespace
+
+extern "C" int ckfmt_verify(const char* path, char* err, size_t err_cap) {
+  return VerifyWith(path, VerifyOptions{}, err, err_cap);
+}
+
+extern "C" int ckfmt_verify_checksums(const char* path, char* err, size_t err_cap) {
+  VerifyOptions options;
+  options.decode = false;
+  return VerifyWith(path, options, err, err_cap);
 }

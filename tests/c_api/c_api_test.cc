@@ -59,6 +59,7 @@ TEST_F(CApiTest, SaveLoadAndVerifyRoundTrip) {
     SCOPED_TRACE(codec ? codec : "NULL");
     ASSERT_EQ(Save(Tensors(w_.data(), b_.data(), &step_), codec), 0) << err_;
     ASSERT_EQ(ckfmt_verify(path_.c_str(), err_, sizeof err_), 0) << err_;
+    ASSERT_EQ(ckfmt_verify_checksums(path_.c_str(), err_, sizeof err_), 0) << err_;
     std::vector<float> w(6, -7.0f);
     std::vector<uint16_t> b(5, 0xffff);
     int64_t step = 0;
@@ -85,6 +86,8 @@ TEST_F(CApiTest, ADamagedFileIsReportedAsCorruption) {
   }
   EXPECT_EQ(ckfmt_verify(path_.c_str(), err_, sizeof err_), kCorruption);
   EXPECT_NE(std::string(err_).find(path_), std::string::npos) << err_;
+  EXPECT_EQ(ckfmt_verify_checksums(path_.c_str(), err_, sizeof err_), kCorruption);
+  EXPECT_NE(std::string(err_).find("checksum mismatch"), std::string::npos) << err_;
   std::vector<float> w(6);
   std::vector<uint16_t> b(5);
   int64_t step = 0;
@@ -111,6 +114,7 @@ TEST_F(CApiTest, WhatCallersGetWrongIsRefusedNamingTheTensor) {
   expect_refused(ckfmt_load_tensors(nullptr, t.data(), t.size(), 1, err_, sizeof err_),
                  "path is NULL");
   expect_refused(ckfmt_verify(nullptr, err_, sizeof err_), "path is NULL");
+  expect_refused(ckfmt_verify_checksums(nullptr, err_, sizeof err_), "path is NULL");
   expect_refused(ckfmt_save_tensors(path_.c_str(), nullptr, 2, nullptr, err_, sizeof err_),
                  "tensors is NULL");
 

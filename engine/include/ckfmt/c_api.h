@@ -44,6 +44,12 @@ int ckfmt_load_tensors(const char* path, const ckfmt_tensor* tensors, size_t n,
 /* Fully verifies a file (as `ckfmt verify`); returns 0 if valid. */
 int ckfmt_verify(const char* path, char* err, size_t err_cap);
 
+/* Verifies the index and every checksum without decoding compressed chunks
+ * (as `ckfmt verify --checksums-only`): finds any byte changed since the
+ * save, at the disk's speed whatever the codec, but not a chunk that a
+ * faulty writer stored undecodable under a matching checksum. */
+int ckfmt_verify_checksums(const char* path, char* err, size_t err_cap);
+
 #ifdef __cplusplus
 }
 #endif
