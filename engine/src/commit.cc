@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "ckfmt/log.h"
+#include "exchange_by_renames.h"
 
 namespace ckfmt {
 
@@ -127,6 +128,18 @@ int HoldLargeFile(const std::string& path) {
   return -1;
 }
 
+// An fsync of the directory holding `path`, which makes a rename there durable.
+Status SyncDirectoryOf(const std::string& path) {
+  const std::string dir = DirectoryOf(path);
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(errno, "cannot open directory " + dir + " to fsync it");
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return Status::FromErrno(err, "fsync of directory " + dir);
+  return Status::OK();
+}
+
 }  // namespace
 
 Status CommitRename(const std::string& from, const std::string& to, bool sync_dir) {
@@ -149,15 +162,34 @@ Status CommitRename(const std::string& from, const std::string& to, bool sync_di
       ::close(replaced);  // no thread to be had: free it here
     }
   }
-  if (!sync_dir) return Status::OK();
-  const std::string dir = DirectoryOf(to);
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno(errno, "cannot open directory " + dir + " to fsync it");
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) return Status::FromErrno(err, "fsync of directory " + dir);
+  return sync_dir ? SyncDirectoryOf(to) : Status::OK();
+}
+
+Status ExchangeByRenames(const std::string& from, const std::string& to) {
+  const std::string aside = TemporaryPathFor(to);
+  if (::rename(to.c_str(), aside.c_str()) != 0) {
+    return Status::FromErrno(errno, "cannot rename " + to + " to " + aside);
+  }
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    const int err = errno;
+    (void)::rename(aside.c_str(), to.c_str());  // put the old one back
+    return Status::FromErrno(err, "cannot rename " + from + " to " + to);
+  }
+  if (::rename(aside.c_str(), from.c_str()) != 0) {
+    return Status::FromErrno(errno, "cannot rename " + aside + " to " + from);
+  }
   return Status::OK();
+}
+
+Status CommitExchange(const std::string& from, const std::string& to, bool sync_dir) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0) {
+    const int err = errno;
+    if (err != EINVAL && err != ENOSYS && err != EOPNOTSUPP) {
+      return Status::FromErrno(err, "cannot exchange " + from + " and " + to);
+    }
+    CKFMT_RETURN_IF_ERROR(ExchangeByRenames(from, to));  // no exchange on this file system
+  }
+  return sync_dir ? SyncDirectoryOf(to) : Status::OK();
 }
 
 }  // namespace ckfmt

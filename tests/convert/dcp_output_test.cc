@@ -272,22 +272,31 @@ TEST(DcpOutput, PartialBytesAreRefusedAndNothingIsLeft) {
   EXPECT_EQ(Names(dir), std::set<std::string>{"partial.ckfmt"});
 }
 
-TEST(DcpOutput, AnExistingDestinationIsKeptUnlessEmpty) {
+TEST(DcpOutput, AnExistingDestinationIsReplacedOnlyIfEmptyOrDcp) {
   std::string dir = MakeTempDir("dcp_dest");
   const std::string src = dir + "/s.ckfmt";
   Dict state;
   state.Set("w", Iota(DType::kF32, {4}));
   ASSERT_TRUE(Save(src, Value(state)).ok());
 
-  fs::create_directory(dir + "/full");
-  WriteFile(dir + "/full/.metadata", "an older checkpoint");
-  Status s = ConvertToDcp(src, dir + "/full");
+  // A directory holding anything but DCP's files is kept, untouched.
+  fs::create_directory(dir + "/mixed");
+  WriteFile(dir + "/mixed/.metadata", "an older checkpoint");
+  WriteFile(dir + "/mixed/notes.txt", "the user's");
+  Status s = ConvertToDcp(src, dir + "/mixed");
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
-  EXPECT_NE(s.message().find("exists and is not an empty directory"), std::string::npos);
-  EXPECT_EQ(ReadFile(dir + "/full/.metadata"), "an older checkpoint");
+  EXPECT_NE(s.message().find("holds notes.txt, which is not a DCP file"), std::string::npos)
+      << s.ToString();
+  EXPECT_EQ(Names(dir + "/mixed"), (std::set<std::string>{".metadata", "notes.txt"}));
+  fs::create_directory(dir + "/nested");
+  fs::create_directory(dir + "/nested/x.distcp");
+  EXPECT_EQ(ConvertToDcp(src, dir + "/nested").code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(fs::is_directory(dir + "/nested/x.distcp"));
 
   WriteFile(dir + "/file", "x");
-  EXPECT_EQ(ConvertToDcp(src, dir + "/file").code(), StatusCode::kInvalidArgument);
+  s = ConvertToDcp(src, dir + "/file");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("is not a directory"), std::string::npos) << s.ToString();
   EXPECT_EQ(ReadFile(dir + "/file"), "x");
 
   EXPECT_EQ(ConvertToDcp(src, dir + "/no/such/dir").code(), StatusCode::kNotFound);
@@ -295,7 +304,35 @@ TEST(DcpOutput, AnExistingDestinationIsKeptUnlessEmpty) {
   fs::create_directory(dir + "/empty");
   ASSERT_TRUE(ConvertToDcp(src, dir + "/empty/").ok());  // a trailing slash, too
   EXPECT_EQ(Names(dir + "/empty"), (std::set<std::string>{".metadata", "__0_0.distcp"}));
-  EXPECT_EQ(Names(dir), (std::set<std::string>{"s.ckfmt", "full", "file", "empty"}));
+
+  // A DCP checkpoint (another rank count's files too) is replaced whole.
+  fs::create_directory(dir + "/old");
+  WriteFile(dir + "/old/.metadata", "an older checkpoint");
+  WriteFile(dir + "/old/__0_0.distcp", "rank 0");
+  WriteFile(dir + "/old/__1_0.distcp", "rank 1");
+  ConvertReport report;
+  ASSERT_TRUE(ConvertToDcp(src, dir + "/old", &report).ok());
+  EXPECT_EQ(Names(dir + "/old"), (std::set<std::string>{".metadata", "__0_0.distcp"}));
+  EXPECT_EQ(ReadFile(dir + "/old/.metadata"), ReadFile(dir + "/empty/.metadata"));
+  EXPECT_EQ(ReadFile(dir + "/old/__0_0.distcp"), ReadFile(dir + "/empty/__0_0.distcp"));
+  ASSERT_EQ(report.notes.size(), 1u);
+  EXPECT_EQ(report.notes[0], "replaced the DCP checkpoint at " + dir + "/old");
+  EXPECT_EQ(Names(dir),  // no temporary or old copy left
+            (std::set<std::string>{"s.ckfmt", "mixed", "nested", "file", "empty", "old"}));
+}
+
+// A refused conversion leaves the DCP checkpoint it would have replaced.
+TEST(DcpOutput, AFailedReplacementKeepsTheOldCheckpoint) {
+  std::string dir = MakeTempDir("dcp_replace_fail");
+  const std::string src = dir + "/partial.ckfmt";
+  WriteCkfmtWithPartialBytes(src);
+  fs::create_directory(dir + "/old");
+  WriteFile(dir + "/old/.metadata", "an older checkpoint");
+  WriteFile(dir + "/old/__0_0.distcp", "rank 0");
+  EXPECT_EQ(ConvertToDcp(src, dir + "/old").code(), StatusCode::kUnsupported);
+  EXPECT_EQ(ReadFile(dir + "/old/.metadata"), "an older checkpoint");
+  EXPECT_EQ(ReadFile(dir + "/old/__0_0.distcp"), "rank 0");
+  EXPECT_EQ(Names(dir), (std::set<std::string>{"partial.ckfmt", "old"}));
 }
 
 TEST(DcpOutput, NeedsToBeAskedFor) {

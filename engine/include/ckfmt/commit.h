@@ -45,4 +45,14 @@ void HoldTemporary(int fd);
 // background thread after the rename, not inside it.
 Status CommitRename(const std::string& from, const std::string& to, bool sync_dir);
 
+// Swaps the names `from` and `to` (both must exist; directories, as a way
+// to replace a non-empty one, which rename(2) refuses), then fsyncs the
+// directory holding `to` if `sync_dir`. Afterwards `to` names what `from`
+// named and `from` the old `to`, for the caller to remove. Atomic where
+// the file system exchanges names (renameat2 RENAME_EXCHANGE: ext4, xfs,
+// btrfs, tmpfs); elsewhere the old `to` is renamed aside first, so that a
+// crash in between leaves it under a TemporaryPathFor name, never lost.
+// REQUIRES: `from` is durable already if the result must survive a crash.
+Status CommitExchange(const std::string& from, const std::string& to, bool sync_dir);
+
 }  // namespace ckfmt

@@ -325,18 +325,40 @@ std::string MetadataPickle(const std::vector<Item>& items) {
   return w.Take();
 }
 
-// `dst` may be missing or an empty directory (which the rename replaces);
-// anything else is refused before any work is done.
-Status CheckDestination(const std::string& dst) {
+// Whether `dir` holds only what a DCP save writes: `.metadata` and
+// `*.distcp` files. Otherwise the first other entry, in `*foreign`.
+bool HoldsOnlyDcpFiles(const std::string& dir, std::string* foreign) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename();
+    const bool dcp_name = name == ".metadata" || (name.size() > 7 && name.ends_with(".distcp"));
+    if (!dcp_name || !e.is_regular_file(ec) || e.is_symlink(ec)) {
+      *foreign = name;
+      return false;
+    }
+  }
+  if (ec) *foreign = "(unreadable: " + ec.message() + ")";
+  return !ec;
+}
+
+// What is at `dst`: nothing or an empty directory (which the rename
+// replaces), or a DCP checkpoint (which is exchanged for the new one, then
+// removed). Anything else is refused before any work is done.
+enum class Destination { kNew, kReplaceDcp };
+
+Result<Destination> CheckDestination(const std::string& dst) {
   std::error_code ec;
   auto st = std::filesystem::symlink_status(dst, ec);
-  if (ec || st.type() == std::filesystem::file_type::not_found) return Status::OK();
-  if (st.type() == std::filesystem::file_type::directory &&
-      std::filesystem::is_empty(dst, ec) && !ec) {
-    return Status::OK();
+  if (ec || st.type() == std::filesystem::file_type::not_found) return Destination::kNew;
+  if (st.type() != std::filesystem::file_type::directory) {
+    return Status::InvalidArgument(dst + ": exists and is not a directory; a DCP output is one");
   }
-  return Status::InvalidArgument(dst + ": exists and is not an empty directory; a DCP output is "
-                                 "a new directory (remove the old one first)");
+  if (std::filesystem::is_empty(dst, ec) && !ec) return Destination::kNew;
+  std::string foreign;
+  if (HoldsOnlyDcpFiles(dst, &foreign)) return Destination::kReplaceDcp;
+  return Status::InvalidArgument(dst + ": holds " + foreign +
+                                 ", which is not a DCP file (.metadata, *.distcp); a DCP "
+                                 "output replaces only a DCP checkpoint or an empty directory");
 }
 
 // Removes the temporary directory unless it was committed.
@@ -355,7 +377,7 @@ Result<SinkStats> WriteDcp(const Node& root, const std::string& dst_arg,
                            const SinkOptions& options, ConvertLog* log) {
   std::string dst = dst_arg;
   while (dst.size() > 1 && dst.back() == '/') dst.pop_back();
-  CKFMT_RETURN_IF_ERROR(CheckDestination(dst));
+  CKFMT_ASSIGN_OR_RETURN(const Destination destination, CheckDestination(dst));
   Flattener flat(log);
   std::vector<PathPart> path;
   CKFMT_RETURN_IF_ERROR(flat.Visit(root, path, ""));
@@ -410,9 +432,23 @@ Result<SinkStats> WriteDcp(const Node& root, const std::string& dst_arg,
     CKFMT_RETURN_IF_ERROR(out->Commit(options.fsync));
     stats.output_bytes += meta.size();
   }
-  // An empty directory at dst is replaced; rename(2) refuses a non-empty one.
-  CKFMT_RETURN_IF_ERROR(CommitRename(tmp.path, dst, options.fsync));
-  tmp.committed = true;
+  if (destination == Destination::kNew) {
+    // An empty directory at dst is replaced; rename(2) refuses a non-empty one.
+    CKFMT_RETURN_IF_ERROR(CommitRename(tmp.path, dst, options.fsync));
+    tmp.committed = true;
+    return stats;
+  }
+  CKFMT_RETURN_IF_ERROR(CommitExchange(tmp.path, dst, options.fsync));
+  // tmp.path now names the old checkpoint, which TempDir removes - unless
+  // something other than DCP files came into it while this one was written.
+  std::string foreign;
+  if (!HoldsOnlyDcpFiles(tmp.path, &foreign)) {
+    tmp.committed = true;
+    log->Note("kept the directory that " + dst + " named, now " + tmp.path + ": it came to hold " +
+              foreign + " while the new checkpoint was written");
+  } else {
+    log->Note("replaced the DCP checkpoint at " + dst);
+  }
   return stats;
 }
 

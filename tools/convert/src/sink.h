@@ -40,7 +40,8 @@ Result<SinkStats> WriteSafetensors(const Node& root, const std::string& path,
                                    const SinkOptions& options, ConvertLog* log);
 Result<SinkStats> WriteTorchZip(const Node& root, const std::string& path,
                                 const SinkOptions& options, ConvertLog* log);
-// A DCP directory at `dir`, which must not exist or be empty.
+// A DCP directory at `dir`, which must not exist, be empty, or hold only a
+// DCP checkpoint's files (which it replaces); anything else is refused.
 Result<SinkStats> WriteDcp(const Node& root, const std::string& dir, const SinkOptions& options,
                            ConvertLog* log);
 
