@@ -20,6 +20,16 @@ const std::set<std::string>& AllowedGlobals() {
       "torch.Tensor", "torch.nn.parameter.Parameter", "torch.Size", "torch.device",
       "torch.serialization._get_layout", "torch.storage.UntypedStorage", "torch.UntypedStorage",
       "torch.storage.TypedStorage",
+      "pathlib.PosixPath", "pathlib.PurePosixPath", "pathlib.WindowsPath",
+      "pathlib.PureWindowsPath", "pathlib.Path",
+  };
+  return s;
+}
+
+// The classes of a DCP .metadata, built field by field. torch before 2.3
+// pickled TensorProperties from its sharded-tensor module.
+const std::set<std::string>& DcpDataclasses() {
+  static const std::set<std::string> s = {
       "torch.distributed.checkpoint.metadata.Metadata",
       "torch.distributed.checkpoint.metadata.TensorStorageMetadata",
       "torch.distributed.checkpoint.metadata.BytesStorageMetadata",
@@ -27,10 +37,17 @@ const std::set<std::string>& AllowedGlobals() {
       "torch.distributed.checkpoint.metadata.TensorProperties",
       "torch.distributed.checkpoint.metadata.MetadataIndex",
       "torch.distributed.checkpoint.metadata.StorageMeta",
-      "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING",
       "torch.distributed.checkpoint.filesystem._StorageInfo",
-      "pathlib.PosixPath", "pathlib.PurePosixPath", "pathlib.WindowsPath",
-      "pathlib.PureWindowsPath", "pathlib.Path",
+      "torch.distributed._shard.sharded_tensor.metadata.TensorProperties",
+  };
+  return s;
+}
+
+// TensorProperties' memory format enum, before and since torch 2.3.
+const std::set<std::string>& MemoryFormatEnums() {
+  static const std::set<std::string> s = {
+      "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING",
+      "torch.distributed._shard.sharded_tensor.metadata.MEM_FORMAT_ENCODING",
   };
   return s;
 }
@@ -94,7 +111,8 @@ std::string StorageClassOf(DType t) {
 }
 
 bool IsAllowedGlobal(const std::string& module, const std::string& name) {
-  if (AllowedGlobals().count(module + "." + name)) return true;
+  const std::string full = module + "." + name;
+  if (AllowedGlobals().count(full) || IsDataclass(full) || IsMemoryFormatEnum(full)) return true;
   if (module == "torch") {
     return DTypeOfTorchName(name).has_value() || IsTorchStorageClassName(name) ||
            kTorchConstants.count(name) > 0;
@@ -102,9 +120,8 @@ bool IsAllowedGlobal(const std::string& module, const std::string& name) {
   return false;
 }
 
-bool IsDataclass(const std::string& full) {
-  return full.rfind("torch.distributed.checkpoint.", 0) == 0 && AllowedGlobals().count(full) &&
-         full.find("_MEM_FORMAT_ENCODING") == std::string::npos;
-}
+bool IsDataclass(const std::string& full) { return DcpDataclasses().count(full) > 0; }
+
+bool IsMemoryFormatEnum(const std::string& full) { return MemoryFormatEnums().count(full) > 0; }
 
 }  // namespace ckfmt::convert

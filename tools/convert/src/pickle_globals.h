@@ -21,5 +21,8 @@ std::string StorageClassOf(DType t);
 // True for the DCP metadata classes that NEWOBJ or copyreg._reconstructor
 // may instantiate (as inert kInstance records); `full` is "module.name".
 bool IsDataclass(const std::string& full);
+// True for TensorProperties' memory format enum (its class before and
+// since torch 2.3), whose call yields its argument.
+bool IsMemoryFormatEnum(const std::string& full);
 
 }  // namespace ckfmt::convert

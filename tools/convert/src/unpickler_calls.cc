@@ -234,7 +234,7 @@ Result<Ref> Unpickler::Reduce(const Ref& callable, const Ref& args, bool newobj)
     }
     return py::MakeStr(path);
   }
-  if (name == "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING") {
+  if (IsMemoryFormatEnum(name)) {
     CKFMT_RETURN_IF_ERROR(argc(1, 1));
     return a[0];
   }
