@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.dont_write_bytecode = True  # keep tests/fixtures free of __pycache__
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -251,9 +252,17 @@ def main():
         port = sock.getsockname()[1]
         sock.close()
         try:
-            mp.spawn(reshard_worker, args=(port, dcp_dir,
-                                           os.path.join(args.fixtures, "dcp_tp.manifest.json"),
-                                           result), nprocs=2, join=True)
+            ranks = mp.spawn(reshard_worker, args=(port, dcp_dir,
+                                                   os.path.join(args.fixtures,
+                                                                "dcp_tp.manifest.json"),
+                                                   result), nprocs=2, join=False)
+            # A rank stuck in gloo fails this check, not the whole run.
+            deadline = time.monotonic() + 120
+            while not ranks.join(timeout=1):
+                if time.monotonic() > deadline:
+                    for p in ranks.processes:
+                        p.kill()
+                    raise TimeoutError("the 2 ranks did not finish in 120 s")
             with open(result) as f:
                 got = f.read()
             check("tp DCP output loads resharded on 2 ranks", got == "ok", got)
