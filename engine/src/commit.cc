@@ -11,6 +11,7 @@
 #include <cctype>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <random>
 #include <system_error>
 #include <thread>
@@ -62,7 +63,8 @@ std::string BaseOf(const std::string& path) {
   return ::basename(copy.data());
 }
 
-// The stale temporaries of `path` (see PrepareTemporary), removed.
+}  // namespace
+
 void RemoveStaleTemporaries(const std::string& path) {
   const std::string dir = DirectoryOf(path), base = BaseOf(path);
   DIR* d = ::opendir(dir.c_str());
@@ -77,19 +79,26 @@ void RemoveStaleTemporaries(const std::string& path) {
     // A live save takes its lock just after creating the file: the age
     // covers that instant, and the clock of a network file system a little
     // off. The lock is tried last, so a young file is never locked here.
-    const bool stale = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+    const bool stale = ::fstat(fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) &&
                        now - st.st_mtime >= kStaleTemporarySeconds &&
                        ::flock(fd, LOCK_EX | LOCK_NB) == 0;
-    if (stale && ::unlinkat(::dirfd(d), name.c_str(), 0) == 0) {
-      Log(LogLevel::kWarning, "removed " + dir + "/" + name + " (" + std::to_string(st.st_size) +
+    const std::string full = dir + "/" + name;
+    if (stale && S_ISREG(st.st_mode) && ::unlinkat(::dirfd(d), name.c_str(), 0) == 0) {
+      Log(LogLevel::kWarning, "removed " + full + " (" + std::to_string(st.st_size) +
                                   " bytes), left by a save of " + path + " that did not finish");
+    } else if (stale && S_ISDIR(st.st_mode)) {
+      std::error_code ec;
+      const auto removed = std::filesystem::remove_all(full, ec);
+      if (!ec) {
+        Log(LogLevel::kWarning, "removed the directory " + full + " (" + std::to_string(removed) +
+                                    " entries), left by a save of " + path +
+                                    " that did not finish");
+      }
     }
     ::close(fd);
   }
   ::closedir(d);
 }
-
-}  // namespace
 
 Result<std::string> PrepareTemporary(const std::string& path) {
   CKFMT_RETURN_IF_ERROR(CheckCommitTarget(path));

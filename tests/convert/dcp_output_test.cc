@@ -3,6 +3,7 @@
 // behind. (Loading the output with torch itself: live_torch_check.py.)
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -319,6 +320,25 @@ TEST(DcpOutput, AnExistingDestinationIsReplacedOnlyIfEmptyOrDcp) {
   EXPECT_EQ(report.notes[0], "replaced the DCP checkpoint at " + dir + "/old");
   EXPECT_EQ(Names(dir),  // no temporary or old copy left
             (std::set<std::string>{"s.ckfmt", "mixed", "nested", "file", "empty", "old"}));
+}
+
+// What a killed conversion left under a temporary name goes; a live
+// conversion's (locked) temporary, or a young one, stays.
+TEST(DcpOutput, StaleTemporaryDirectoriesOfKilledConversionsAreRemoved) {
+  std::string dir = MakeTempDir("dcp_stale");
+  const std::string src = dir + "/s.ckfmt";
+  Dict state;
+  state.Set("w", Iota(DType::kF32, {4}));
+  ASSERT_TRUE(Save(src, Value(state)).ok());
+  const std::string stale = dir + "/out.tmp.0123456789abcdef";
+  const std::string young = dir + "/out.tmp.fedcba9876543210";
+  for (const std::string& d : {stale, young}) {
+    fs::create_directory(d);
+    WriteFile(d + "/__0_0.distcp", "half written");
+  }
+  fs::last_write_time(stale, fs::file_time_type::clock::now() - std::chrono::minutes(5));
+  ASSERT_TRUE(ConvertToDcp(src, dir + "/out").ok());
+  EXPECT_EQ(Names(dir), (std::set<std::string>{"s.ckfmt", "out", "out.tmp.fedcba9876543210"}));
 }
 
 // A refused conversion leaves the DCP checkpoint it would have replaced.

@@ -305,6 +305,34 @@ TEST_F(AtomicCommitTest, StaleTemporariesOfInterruptedSavesAreRemoved) {
   EXPECT_EQ(log.CountContaining(LogLevel::kWarning, "that did not finish"), 2u);
 }
 
+// `ckfmt convert --to dcp` writes a temporary directory; one that a killed
+// conversion left goes too, with what it holds.
+TEST_F(AtomicCommitTest, StaleTemporaryDirectoriesAreRemovedWithTheirFiles) {
+  const int old_enough = kStaleTemporarySeconds + 5;
+  auto make_dir = [&](const std::string& name, int age) {
+    std::filesystem::create_directory(dir.File(name));
+    WriteFileBytes(dir.File(name) + "/__0_0.distcp", "data");
+    SetModifiedSecondsAgo(dir.File(name), age);
+  };
+  make_dir("ckpt.ckfmt.tmp.00000000000000aa", old_enough);  // stale
+  make_dir("ckpt.ckfmt.tmp.00000000000000bb", 0);           // too young
+  make_dir("ckpt.ckfmt.tmp.00000000000000cc", old_enough);  // held, below
+  const int held = ::open(dir.File("ckpt.ckfmt.tmp.00000000000000cc").c_str(),
+                          O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(held, 0);
+  HoldTemporary(held);
+
+  LogCapture log;
+  RemoveStaleTemporaries(path);
+  ::close(held);
+  EXPECT_EQ(dir.List(), (std::vector<std::string>{"ckpt.ckfmt", "ckpt.ckfmt.tmp.00000000000000bb",
+                                                  "ckpt.ckfmt.tmp.00000000000000cc"}));
+  EXPECT_EQ(log.CountContaining(LogLevel::kWarning,
+                                "the directory " + dir.File("ckpt.ckfmt.tmp.00000000000000aa") +
+                                    " (2 entries)"),
+            1u);
+}
+
 TEST_F(AtomicCommitTest, AStalledLiveSaveKeepsItsTemporary) {
   // A save that has written nothing for longer than the stale age (an
   // async save waiting on a slow disk, say) still holds its temporary.

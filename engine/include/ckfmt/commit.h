@@ -34,6 +34,10 @@ Status CheckCommitTarget(const std::string& path);
 inline constexpr int kStaleTemporarySeconds = 60;
 Result<std::string> PrepareTemporary(const std::string& path);
 
+// The temporaries of `path` that PrepareTemporary removes: files, and
+// directories (as `ckfmt convert --to dcp` writes) with all they hold.
+void RemoveStaleTemporaries(const std::string& path);
+
 // Marks the temporary open at `fd` as a live save's: an exclusive flock,
 // which lasts until its last descriptor closes (or the process dies), so
 // that later saves' PrepareTemporary leaves it alone.

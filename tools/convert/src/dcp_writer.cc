@@ -12,7 +12,9 @@
 // Metadata dataclass (protocol 2), with planner_data mapping each flattened
 // key to its path. The directory appears complete or not at all: it is
 // written under a temporary name and renamed.
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -361,13 +363,16 @@ Result<Destination> CheckDestination(const std::string& dst) {
                                  "output replaces only a DCP checkpoint or an empty directory");
 }
 
-// Removes the temporary directory unless it was committed.
+// Removes the temporary directory unless it was committed; holds its lock
+// (HoldTemporary) until then.
 struct TempDir {
   std::string path;
   bool committed = false;
+  int lock = -1;
   ~TempDir() {
     std::error_code ec;
     if (!committed && !path.empty()) std::filesystem::remove_all(path, ec);
+    if (lock >= 0) ::close(lock);
   }
 };
 
@@ -395,12 +400,15 @@ Result<SinkStats> WriteDcp(const Node& root, const std::string& dst_arg,
     for (Region& box : ChunkBoxes(*n.tensor)) item.chunks.push_back({std::move(box)});
   }
 
+  RemoveStaleTemporaries(dst);  // of conversions killed before they committed
   const std::string tmp_path = TemporaryPathFor(dst);
   if (::mkdir(tmp_path.c_str(), 0755) != 0) {
     if (errno == ENOENT) return Status::NotFound(dst + ": its directory does not exist");
     return Status::FromErrno(errno, "cannot create directory " + tmp_path);
   }
   TempDir tmp{tmp_path};
+  tmp.lock = ::open(tmp_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (tmp.lock >= 0) HoldTemporary(tmp.lock);  // live: not stale to other conversions
   SinkStats stats;
   PieceMemory memory(options.budget);
   {
@@ -443,9 +451,13 @@ Result<SinkStats> WriteDcp(const Node& root, const std::string& dst_arg,
   // something other than DCP files came into it while this one was written.
   std::string foreign;
   if (!HoldsOnlyDcpFiles(tmp.path, &foreign)) {
+    // Under a name that later conversions do not take for their own stale
+    // temporary ("<dst>.kept.<hex>").
+    const std::string kept = dst + ".kept" + tmp.path.substr(dst.size() + 4);
+    const bool moved = ::rename(tmp.path.c_str(), kept.c_str()) == 0;
     tmp.committed = true;
-    log->Note("kept the directory that " + dst + " named, now " + tmp.path + ": it came to hold " +
-              foreign + " while the new checkpoint was written");
+    log->Note("kept the directory that " + dst + " named, now " + (moved ? kept : tmp.path) +
+              ": it came to hold " + foreign + " while the new checkpoint was written");
   } else {
     log->Note("replaced the DCP checkpoint at " + dst);
   }
