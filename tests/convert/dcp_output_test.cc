@@ -103,6 +103,11 @@ TEST(DcpOutput, FlattensAsDcpDoes) {
   state.Set("empty", Dict{});
   state.Set("name", std::string("run-1"));
   state.Set("blob", Bytes{"json", "{\"epoch\": 3}"});
+  Dict unnamed;  // empty keys are parts of the path like any other
+  unnamed.Set("b", Iota(DType::kF32, {2}));
+  unnamed.Set("", int64_t{5});
+  state.Set("", unnamed);
+  state.Set("b", Iota(DType::kI32, {2}));
   const std::string src = dir + "/s.ckfmt";
   ASSERT_TRUE(Save(src, Value(state)).ok());
 
@@ -120,11 +125,15 @@ TEST(DcpOutput, FlattensAsDcpDoes) {
       {"mixed.1", "BytesStorageMetadata"},
       {"name", "BytesStorageMetadata"},
       {"blob", "BytesStorageMetadata"},
+      {".b", "tensor"},
+      {".", "BytesStorageMetadata"},
+      {"b", "tensor"},
   };
   EXPECT_EQ(keys.kinds, want);
   EXPECT_EQ(keys.paths["tensors.1"], (std::vector<std::string>{"tensors", "#1"}));
   EXPECT_EQ(keys.paths["mixed.0.lr"], (std::vector<std::string>{"mixed", "#0", "lr"}));
   EXPECT_EQ(keys.paths["model.w"], (std::vector<std::string>{"model", "w"}));
+  EXPECT_EQ(keys.paths["."], (std::vector<std::string>{"", ""}));
   ASSERT_EQ(report.dropped.size(), 1u);
   EXPECT_EQ(report.dropped[0].key, "empty");
 

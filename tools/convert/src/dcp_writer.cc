@@ -159,11 +159,12 @@ class Flattener {
       log_->dropped.emplace_back(key, "opaque pickle bytes are not written as DCP items");
       return Status::OK();
     }
-    std::string fqn;
-    for (const PathPart& p : path) {
-      if (!fqn.empty()) fqn += '.';
-      fqn += std::holds_alternative<std::string>(p) ? std::get<std::string>(p)
-                                                    : std::to_string(std::get<uint64_t>(p));
+    std::string fqn;  // ".".join(path), as DCP writes it: empty parts too
+    for (size_t i = 0; i < path.size(); ++i) {
+      if (i > 0) fqn += '.';
+      fqn += std::holds_alternative<std::string>(path[i])
+                 ? std::get<std::string>(path[i])
+                 : std::to_string(std::get<uint64_t>(path[i]));
     }
     auto [it, fresh] = seen_.emplace(fqn, key);
     if (!fresh) {
