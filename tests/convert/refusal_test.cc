@@ -325,6 +325,26 @@ TEST(Refusal, LongPickleKeysAreQuotedShort) {
   EXPECT_NE(s.message().find("two keys read as \"1\""), std::string::npos) << s.message();
 }
 
+// Python pickles a str holding a lone surrogate as UTF-8 with the
+// surrogate's bytes: a valid file that ckfmt cannot hold (exit 3), not a
+// damaged one.
+TEST(Refusal, LoneSurrogatesAreUnsupportedNotCorrupt) {
+  std::string dir = MakeTempDir("surrogate");
+  PickleWriter w(2);
+  w.EmptyDict();
+  w.Mark();
+  w.Str("s");
+  w.Str("a\xed\xa0\x80" "b");  // "a\ud800b", as pickle.dumps writes it
+  w.SetItems();
+  w.Stop();
+  const std::string src = dir + "/surrogate.pt";
+  WriteTorchZip(src, w.Take());
+  Status s = ConvertStatus(src, dir + "/out.ckfmt");
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.ToString();
+  EXPECT_NE(s.message().find("the string at \"s\" holds a lone surrogate"), std::string::npos)
+      << s.ToString();
+}
+
 // Keys must be UTF-8 in ckfmt and safetensors; a pickle's need not be (a
 // DCP .metadata key like this one used to throw out of the JSON writer,
 // found by tests/fuzz).

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "convert_test_util.h"
+#include "sink.h"
 
 namespace ckfmt::convert::testing {
 namespace {
@@ -107,6 +108,31 @@ TEST(RoundTrip, SafetensorsOutputListsDroppedEntries) {
   ConvertReport r2 = ConvertOrDie(Fixture("dtypes.pt"), dir + "/d.safetensors");
   ASSERT_EQ(r2.dropped.size(), 1u);
   EXPECT_EQ(r2.dropped[0].key, "c128");
+}
+
+// The top-level dict's int keys ({0: t, 1: 2}) are remembered like any
+// other dict's: the .pt written back has int keys at its root again.
+TEST(RoundTrip, TopLevelIntKeysComeBack) {
+  std::string dir = MakeTempDir("rt_root_ints");
+  Node root = Node::Dict();
+  root.int_keys = true;
+  Node one;
+  one.kind = Node::Kind::kInt;
+  one.i = 2;
+  root.children.emplace_back("0", one);
+  root.children.emplace_back("1", one);
+  ConvertLog log;
+  ASSERT_TRUE(WriteCkfmt(root, dir + "/a.ckfmt", SinkOptions{}, &log).ok());
+  auto meta = [](const FileSummary& s) {
+    for (const auto& [k, v] : s.metadata) {
+      if (k == kIntKeyDictsMeta) return v;
+    }
+    return std::string();
+  };
+  EXPECT_EQ(meta(SummarizeCkfmt(dir + "/a.ckfmt")), "[null]");
+  ConvertOrDie(dir + "/a.ckfmt", dir + "/b.pt");
+  ConvertOrDie(dir + "/b.pt", dir + "/b.ckfmt");  // int keys as the pickle has them
+  EXPECT_EQ(meta(SummarizeCkfmt(dir + "/b.ckfmt")), "[null]");
 }
 
 TEST(RoundTrip, TorchZipIsStoredAlignedAndLittleEndian) {

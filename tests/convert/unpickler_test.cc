@@ -51,6 +51,37 @@ TEST(Unpickler, Protocol0Text) {
   EXPECT_EQ(l.items[5]->i, 123456789012);
 }
 
+TEST(Unpickler, Protocol2NamesBuiltinsByTheirPython2Module) {
+  // pickle.dumps({'c': 1+2j, 'ba': bytearray(b'ab'), 'e': b'', 'b': b'xy',
+  //               's': {1}}, protocol=2): __builtin__.complex, .bytearray,
+  // .bytes (for b'') and .set, which Python 3 loads as builtins.*.
+  std::string p = B(
+      "\x80\x02}q\x00(X\x01\x00\x00\x00" "cq\x01" "c__builtin__\x0a"
+      "complex\x0aq\x02G?\xf0\x00\x00\x00\x00\x00\x00"
+      "G@\x00\x00\x00\x00\x00\x00\x00\x86q\x03Rq\x04X\x02\x00\x00\x00"
+      "baq\x05" "c__builtin__\x0a" "bytearray\x0aq\x06" "c_codecs\x0a"
+      "encode\x0aq\x07X\x02\x00\x00\x00"
+      "abq\x08X\x06\x00\x00\x00latin1q\x09\x86q\x0aRq\x0b\x85q\x0cRq\x0dX\x01\x00\x00\x00"
+      "eq\x0e" "c__builtin__\x0a" "bytes\x0aq\x0f)Rq\x10X\x01\x00\x00\x00"
+      "bq\x11h\x07X\x02\x00\x00\x00xyq\x12h\x09\x86q\x13Rq\x14X\x01\x00\x00\x00sq\x15"
+      "c__builtin__\x0aset\x0aq\x16]q\x17K\x01" "a\x85q\x18Rq\x19u.");
+  auto r = Load(p);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const py::Object& d = **r;
+  ASSERT_EQ(d.dict.size(), 5u);
+  const py::Object& c = *d.dict[0].second;
+  ASSERT_EQ(c.kind, py::Kind::kTuple);  // (real, imag)
+  ASSERT_EQ(c.items.size(), 2u);
+  EXPECT_EQ(c.items[0]->f, 1.0);
+  EXPECT_EQ(c.items[1]->f, 2.0);
+  EXPECT_EQ(d.dict[1].second->kind, py::Kind::kBytes);
+  EXPECT_EQ(d.dict[1].second->s, "ab");
+  EXPECT_EQ(d.dict[2].second->kind, py::Kind::kBytes);
+  EXPECT_EQ(d.dict[2].second->s, "");
+  EXPECT_EQ(d.dict[3].second->s, "xy");
+  EXPECT_EQ(d.dict[4].second->kind, py::Kind::kSet);
+}
+
 TEST(Unpickler, MemoIdsAreAnyU32) {
   // 7 put at id 0xffffffff, 8 at 3 then replaced by 9; [get 0xffffffff,
   // get 3] memoized by MEMOIZE at id 2 (the memo's size), then got back.
@@ -377,6 +408,43 @@ TEST(PyToTree, KeysAndValuesWithoutACkfmtKind) {
   for (const char* note : {"bool key", "None key", "float key", "tuple key", "beyond 64 bits"}) {
     EXPECT_NE(notes.find(note), std::string::npos) << note << " in:\n" << notes;
   }
+}
+
+// Python types that become another kind, and what is dropped, each with a
+// note: the report says what changed.
+TEST(PyToTree, StandInsAndDroppedAttributesAreNoted) {
+  // od = OrderedDict(w=1); od._metadata = {"": {"version": 1}}
+  // pickle.dumps({"c": 1+2j, "ba": bytearray(b"ab"), "m": {0: 1, "a": 2},
+  //               "od": od, "size": torch.Size([2, 3]),
+  //               "dev": torch.device("cpu")}, protocol=2)
+  const std::string p = B(
+      "\x80\x02}q\x00(X\x01\x00\x00\x00" "cq\x01" "c__builtin__\x0a"
+      "complex\x0aq\x02G\x3f\xf0\x00\x00\x00\x00\x00\x00G@\x00\x00\x00\x00\x00\x00"
+      "\x00\x86q\x03Rq\x04X\x02\x00\x00\x00" "baq\x05" "c__builtin__\x0a"
+      "bytearray\x0aq\x06" "c_codecs\x0a" "encode\x0aq\x07X\x02\x00\x00\x00"
+      "abq\x08X\x06\x00\x00\x00latin1q\x09\x86q\x0aRq\x0b\x85q\x0cRq\x0dX\x01\x00\x00"
+      "\x00mq\x0e}q\x0f(K\x00K\x01X\x01\x00\x00\x00" "aq\x10K\x02uX\x02\x00\x00\x00odq\x11"
+      "ccollections\x0aOrderedDict\x0aq\x12)Rq\x13X\x01\x00\x00\x00wq\x14K\x01s}q"
+      "\x15X\x09\x00\x00\x00_metadataq\x16}q\x17X\x00\x00\x00\x00q\x18}q\x19X\x07\x00"
+      "\x00\x00versionq\x1aK\x01sssbX\x04\x00\x00\x00sizeq\x1b"
+      "ctorch\x0aSize\x0aq\x1cK\x02K\x03\x86q\x1d\x85q\x1eRq\x1fX\x03\x00\x00\x00"
+      "devq ctorch\x0a" "device\x0aq!X\x03\x00\x00\x00" "cpuq\x22\x85q#Rq$u.");
+  ConvertLog log;
+  auto tree = ToTree(p, "test.pkl", &log);
+  ASSERT_TRUE(tree.ok()) << tree.status().ToString();
+  std::string notes;
+  for (const auto& n : log.notes) notes += n + "\n";
+  for (const char* note :
+       {"\"c\": complex stored as the tuple (real, imag)", "\"ba\": bytearray stored as bytes",
+        "\"m\": int keys beside other keys stored as strings",
+        "\"od\": the dict's attributes (an OrderedDict's _metadata of module versions) are not "
+        "kept",
+        "\"size\": torch.Size stored as a tuple",
+        "\"dev\": torch.device stored as the string \"cpu\""}) {
+    EXPECT_NE(notes.find(note), std::string::npos) << note << " in:\n" << notes;
+  }
+  EXPECT_EQ(log.notes.size(), 6u) << notes;
+  EXPECT_FALSE(tree->children[2].second.int_keys);
 }
 
 }  // namespace

@@ -115,7 +115,8 @@ struct Walker {
 
 void CollectTyping(const Node& n, KeyPath& path, nlohmann::json& ints, nlohmann::json& tuples) {
   if (n.kind != Node::Kind::kDict && n.kind != Node::Kind::kList) return;
-  if (!path.empty() && n.int_keys) ints.push_back(FormatKeyPath(path));
+  // The root's path would read back as one empty key: it is null.
+  if (n.int_keys) ints.push_back(path.empty() ? nlohmann::json() : nlohmann::json(FormatKeyPath(path)));
   if (!path.empty() && n.is_tuple) tuples.push_back(FormatKeyPath(path));
   for (size_t i = 0; i < n.children.size(); ++i) {
     if (n.kind == Node::Kind::kList) path.emplace_back(static_cast<uint64_t>(i));
@@ -262,6 +263,7 @@ Result<Node> ReadCkfmt(const std::string& path, ConvertLog* log,
         continue;
       }
       for (const auto& s : j) {
+        if (ints && s.is_null()) root.int_keys = true;
         if (!s.is_string()) continue;
         auto it = nodes.find(ParseKeyPath(s.get<std::string>()));
         if (it == nodes.end()) continue;

@@ -12,7 +12,7 @@ const std::set<std::string>& AllowedGlobals() {
   static const std::set<std::string> s = {
       "collections.OrderedDict", "collections.Counter", "builtins.set", "builtins.frozenset",
       "builtins.bytearray", "builtins.complex", "builtins.slice", "builtins.object",
-      "builtins.dict", "builtins.list", "builtins.tuple", "__builtin__.set",
+      "builtins.dict", "builtins.list", "builtins.tuple", "builtins.bytes",
       "_codecs.encode", "copyreg._reconstructor",
       "torch._utils._rebuild_tensor", "torch._utils._rebuild_tensor_v2",
       "torch._utils._rebuild_tensor_v3", "torch._utils._rebuild_parameter",

@@ -61,7 +61,10 @@ struct Object {
   double f = 0;
   std::string s;         // kStr (UTF-8), kBytes, kBigInt (little-endian two's complement),
                          // kGlobal/kInstance module, kCall "reduce"/"newobj"
-  std::string s2;        // kGlobal/kInstance name
+  std::string s2;        // kGlobal/kInstance name; for the converter's notes, on a value
+                         // that stands in for another Python type its name ("complex",
+                         // "slice", "bytearray", "torch.Size", "torch.device"), and on a
+                         // kDict whose BUILD state was dropped "OrderedDict attributes"
   std::vector<Ref> items;             // tuple/list/set; kCall: {callable, args...} extra appends
   std::vector<std::pair<Ref, Ref>> dict;  // kDict; kCall/kInstance: SETITEMS on the object
   Ref callable, args;                 // kCall

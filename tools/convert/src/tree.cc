@@ -326,7 +326,13 @@ Result<Node> Convert(const py::Ref& o, Ctx& c, const std::string& key, int depth
     case py::Kind::kBool: n.kind = Node::Kind::kBool; n.b = o->b; return n;
     case py::Kind::kInt: n.kind = Node::Kind::kInt; n.i = o->i; return n;
     case py::Kind::kFloat: n.kind = Node::Kind::kFloat; n.f = o->f; return n;
-    case py::Kind::kStr: n.kind = Node::Kind::kStr; n.s = o->s; return n;
+    case py::Kind::kStr:
+      n.kind = Node::Kind::kStr;
+      n.s = o->s;
+      if (!o->s2.empty()) {
+        c.log->Note(KeyForMessage(key) + ": " + o->s2 + " stored as the string " + QuoteKey(o->s));
+      }
+      return n;
     case py::Kind::kBigInt: {
       n.kind = Node::Kind::kStr;
       n.s = "0x";
@@ -343,6 +349,7 @@ Result<Node> Convert(const py::Ref& o, Ctx& c, const std::string& key, int depth
       n.kind = Node::Kind::kBytes;
       n.content_type = "bytes";
       n.s = o->s;
+      if (!o->s2.empty()) c.log->Note(KeyForMessage(key) + ": " + o->s2 + " stored as bytes");
       return n;
     case py::Kind::kTuple:
     case py::Kind::kList:
@@ -350,6 +357,11 @@ Result<Node> Convert(const py::Ref& o, Ctx& c, const std::string& key, int depth
       n = Node::List();
       n.is_tuple = o->kind == py::Kind::kTuple;
       if (o->kind == py::Kind::kSet) c.log->Note(KeyForMessage(key) + ": set stored as a list");
+      if (o->s2 == "complex") {
+        c.log->Note(KeyForMessage(key) + ": complex stored as the tuple (real, imag)");
+      } else if (!o->s2.empty()) {
+        c.log->Note(KeyForMessage(key) + ": " + o->s2 + " stored as a tuple");
+      }
       for (size_t i = 0; i < o->items.size(); ++i) {
         CKFMT_ASSIGN_OR_RETURN(Node child,
                                Convert(o->items[i], c, JoinKey(key, std::to_string(i)), depth + 1));
@@ -359,13 +371,18 @@ Result<Node> Convert(const py::Ref& o, Ctx& c, const std::string& key, int depth
     }
     case py::Kind::kDict: {
       n = Node::Dict();
-      bool all_int = !o->dict.empty();
+      if (!o->s2.empty()) {
+        c.log->Note(KeyForMessage(key) + ": the dict's attributes (an OrderedDict's _metadata of "
+                    "module versions) are not kept");
+      }
+      bool all_int = !o->dict.empty(), any_int = false;
       std::unordered_map<std::string, bool> seen;
       for (const auto& [k, v] : o->dict) {
         bool was_int;
         std::string note;
         std::string ks = KeyToString(*k, &was_int, &note);
         all_int = all_int && was_int;
+        any_int = any_int || was_int;
         if (!note.empty()) {
           c.log->Note(KeyForMessage(JoinKey(key, ks)) + ": " + note + " stored as a string");
         }
@@ -378,6 +395,9 @@ Result<Node> Convert(const py::Ref& o, Ctx& c, const std::string& key, int depth
         n.children.emplace_back(std::move(ks), std::move(child));
       }
       n.int_keys = all_int;
+      if (any_int && !all_int) {
+        c.log->Note(KeyForMessage(key) + ": int keys beside other keys stored as strings");
+      }
       return n;
     }
     case py::Kind::kTensor: {
@@ -454,6 +474,19 @@ Result<Node> PyToTree(const py::Ref& obj, const PyToTreeOptions& options, Conver
 
 namespace {
 
+// Whether `s` is valid UTF-8 but for surrogate code points (ED A0..BF xx),
+// which Python's pickle writes for a str holding a lone surrogate.
+bool HasOnlySurrogateFaults(std::string s) {
+  for (size_t i = 0; i + 2 < s.size(); ++i) {
+    const auto b1 = static_cast<uint8_t>(s[i + 1]), b2 = static_cast<uint8_t>(s[i + 2]);
+    if (static_cast<uint8_t>(s[i]) == 0xed && b1 >= 0xa0 && b1 <= 0xbf && (b2 & 0xc0) == 0x80) {
+      s[i + 1] = char(0x80);  // ED 80 xx: an ordinary code point below the surrogates
+      i += 2;
+    }
+  }
+  return IsValidUtf8(s);
+}
+
 Status CheckSubtree(const Node& n, const std::string& where, const std::string& key, int depth) {
   if (depth > kMaxTreeDepth) {
     return Status::Unsupported(where + ": " + KeyForMessage(key) + ": nesting deeper than " +
@@ -464,6 +497,10 @@ Status CheckSubtree(const Node& n, const std::string& where, const std::string& 
                               "safetensors require of their strings");
   };
   if (n.kind == Node::Kind::kStr && !IsValidUtf8(n.s)) {
+    if (HasOnlySurrogateFaults(n.s)) {  // a valid Python str that UTF-8 cannot hold
+      return Status::Unsupported(where + ": the string at " + KeyForMessage(key) +
+                                 " holds a lone surrogate, which ckfmt's UTF-8 strings cannot");
+    }
     return not_utf8("the string at " + KeyForMessage(key));
   }
   if (n.kind == Node::Kind::kBytes && !IsValidUtf8(n.content_type)) {
@@ -473,7 +510,12 @@ Status CheckSubtree(const Node& n, const std::string& where, const std::string& 
   for (size_t i = 0; i < n.children.size(); ++i) {
     const auto& [k, child] = n.children[i];
     if (!IsValidUtf8(k)) {
-      return not_utf8("a key below " + (key.empty() ? "the root" : QuoteKey(key)));
+      const std::string which = "a key below " + (key.empty() ? "the root" : QuoteKey(key));
+      if (HasOnlySurrogateFaults(k)) {
+        return Status::Unsupported(where + ": " + which +
+                                   " holds a lone surrogate, which ckfmt's UTF-8 strings cannot");
+      }
+      return not_utf8(which);
     }
     const std::string child_key = JoinKey(key, list ? std::to_string(i) : k);
     CKFMT_RETURN_IF_ERROR(CheckSubtree(child, where, child_key, depth + 1));

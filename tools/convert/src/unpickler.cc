@@ -74,8 +74,13 @@ Status Unpickler::Build(Ref& obj, const Ref& state) {
       KeepMutated(obj);
       obj->state = state;
       return Status::OK();
-    case Kind::kDict:     // OrderedDict attributes (state dicts' _metadata): dropped
-    case Kind::kTensor:   // tensor attributes (subclass state): dropped
+    case Kind::kDict:  // OrderedDict attributes (state dicts' _metadata): dropped, and said
+      if (state->kind != Kind::kNone && !(state->kind == Kind::kDict && state->dict.empty())) {
+        KeepMutated(obj);
+        obj->s2 = "OrderedDict attributes";
+      }
+      return Status::OK();
+    case Kind::kTensor:  // tensor attributes (subclass state): dropped
       return Status::OK();
     default:
       return Err(std::string("BUILD on a ") + py::KindName(obj->kind));

@@ -53,6 +53,41 @@ Result<Ref> Unpickler::MakeTensor(const std::vector<Ref>& a, std::optional<DType
   return o;
 }
 
+// bytes(), bytes(b), bytearray(...) and _codecs.encode(text, encoding):
+// protocols below 3 write b"" as bytes() and other bytes as
+// _codecs.encode(their latin-1 text, "latin1").
+Result<Ref> Unpickler::BytesCall(const std::string& name, const std::vector<Ref>& a) {
+  const bool bytes_type = name != "_codecs.encode";
+  if (bytes_type && a.empty()) return py::MakeBytes("");
+  if (bytes_type && a.size() == 1 && a[0]->kind == Kind::kBytes) return py::MakeBytes(a[0]->s);
+  if (a.size() < 1 || a.size() > 2) {
+    return Err(name + " called with " + std::to_string(a.size()) + " arguments");
+  }
+  if (a[0]->kind != Kind::kStr) return Err(name + " of a " + py::Describe(*a[0]));
+  std::string enc = a.size() == 2 && a[1]->kind == Kind::kStr ? a[1]->s : "utf-8";
+  if (enc == "utf-8" || enc == "utf8") return py::MakeBytes(a[0]->s);
+  if (enc != "latin1" && enc != "latin-1" && enc != "iso-8859-1") {
+    return Err(name + " with encoding '" + enc + "' is not supported");
+  }
+  // UTF-8 code points below 256 -> bytes.
+  std::string out;
+  const std::string& s = a[0]->s;
+  for (size_t i = 0; i < s.size(); ++i) {
+    auto c = static_cast<uint8_t>(s[i]);
+    if (c < 0x80) {
+      out += char(c);
+    } else if ((c & 0xe0) == 0xc0 && i + 1 < s.size()) {
+      uint32_t cp = ((c & 0x1f) << 6) | (static_cast<uint8_t>(s[i + 1]) & 0x3f);
+      if (cp > 0xff) return Err(name + ": code point above 255 for latin1");
+      out += char(cp);
+      ++i;
+    } else {
+      return Err(name + ": code point above 255 for latin1");
+    }
+  }
+  return py::MakeBytes(out);
+}
+
 Result<Ref> Unpickler::Reduce(const Ref& callable, const Ref& args, bool newobj) {
   auto symbolic = [&]() -> Ref {
     auto c = py::Make(Kind::kCall);
@@ -114,8 +149,8 @@ Result<Ref> Unpickler::Reduce(const Ref& callable, const Ref& args, bool newobj)
     }
     return d;
   }
-  if (name == "builtins.set" || name == "builtins.frozenset" || name == "__builtin__.set" ||
-      name == "builtins.list" || name == "builtins.tuple") {
+  if (name == "builtins.set" || name == "builtins.frozenset" || name == "builtins.list" ||
+      name == "builtins.tuple") {
     CKFMT_RETURN_IF_ERROR(argc(0, 1));
     auto s = py::Make(name == "builtins.list" ? Kind::kList
                       : name == "builtins.tuple" ? Kind::kTuple
@@ -128,39 +163,15 @@ Result<Ref> Unpickler::Reduce(const Ref& callable, const Ref& args, bool newobj)
     }
     return s;
   }
-  if (name == "_codecs.encode" || name == "builtins.bytearray") {
-    if (name == "builtins.bytearray" && a.empty()) return py::MakeBytes("");
-    if (name == "builtins.bytearray" && a.size() == 1 && a[0]->kind == Kind::kBytes) {
-      return py::MakeBytes(a[0]->s);
-    }
-    CKFMT_RETURN_IF_ERROR(argc(1, 2));
-    if (a[0]->kind != Kind::kStr) return Err(name + " of a " + py::Describe(*a[0]));
-    std::string enc = a.size() == 2 && a[1]->kind == Kind::kStr ? a[1]->s : "utf-8";
-    if (enc == "utf-8" || enc == "utf8") return py::MakeBytes(a[0]->s);
-    if (enc != "latin1" && enc != "latin-1" && enc != "iso-8859-1") {
-      return Err(name + " with encoding '" + enc + "' is not supported");
-    }
-    // UTF-8 code points below 256 -> bytes.
-    std::string out;
-    const std::string& s = a[0]->s;
-    for (size_t i = 0; i < s.size(); ++i) {
-      auto c = static_cast<uint8_t>(s[i]);
-      if (c < 0x80) {
-        out += char(c);
-      } else if ((c & 0xe0) == 0xc0 && i + 1 < s.size()) {
-        uint32_t cp = ((c & 0x1f) << 6) | (static_cast<uint8_t>(s[i + 1]) & 0x3f);
-        if (cp > 0xff) return Err(name + ": code point above 255 for latin1");
-        out += char(cp);
-        ++i;
-      } else {
-        return Err(name + ": code point above 255 for latin1");
-      }
-    }
-    return py::MakeBytes(out);
+  if (name == "_codecs.encode" || name == "builtins.bytearray" || name == "builtins.bytes") {
+    CKFMT_ASSIGN_OR_RETURN(Ref b, BytesCall(name, a));
+    if (name == "builtins.bytearray") b->s2 = "bytearray";
+    return b;
   }
   if (name == "builtins.complex" || name == "builtins.slice") {
     auto t = py::Make(Kind::kTuple);
     t->items = a;
+    t->s2 = name.substr(sizeof "builtins." - 1);
     return t;
   }
   if (name == "copyreg._reconstructor") {
@@ -211,6 +222,7 @@ Result<Ref> Unpickler::Reduce(const Ref& callable, const Ref& args, bool newobj)
     CKFMT_RETURN_IF_ERROR(argc(0, 1));
     auto t = py::Make(Kind::kTuple);
     if (a.size() == 1) t->items = a[0]->items;
+    t->s2 = name;
     return t;
   }
   if (name == "torch.device") {
@@ -218,7 +230,9 @@ Result<Ref> Unpickler::Reduce(const Ref& callable, const Ref& args, bool newobj)
     if (a[0]->kind != Kind::kStr) return Err("torch.device of a " + py::Describe(*a[0]));
     std::string d = a[0]->s;
     if (a.size() == 2 && a[1]->kind == Kind::kInt) d += ":" + std::to_string(a[1]->i);
-    return py::MakeStr(d);
+    Ref r = py::MakeStr(d);
+    r->s2 = name;
+    return r;
   }
   if (name == "torch.serialization._get_layout") {
     CKFMT_RETURN_IF_ERROR(argc(1, 1));

@@ -173,7 +173,12 @@ class Unpickler {
     if (!r) return Err("memo key " + std::to_string(idx) + " is not defined");
     return Push(*r);
   }
-  Result<Ref> Global(const std::string& module, const std::string& name) {
+  Result<Ref> Global(const std::string& pickled_module, const std::string& name) {
+    // Protocols 0-2 name builtins by their Python 2 modules, which Python 3
+    // maps back when it loads them (pickle's fix_imports).
+    const std::string module = pickled_module == "__builtin__" ? "builtins"
+                               : pickled_module == "copy_reg"  ? "copyreg"
+                                                               : pickled_module;
     auto g = py::Make(Kind::kGlobal);
     g->s = module;
     g->s2 = name;
@@ -186,6 +191,7 @@ class Unpickler {
   Status SetItems(const Ref& d, std::vector<Ref>& kv);
   Status Append(const Ref& l, std::vector<Ref> items);
   Result<Ref> Reduce(const Ref& callable, const Ref& args, bool newobj);
+  Result<Ref> BytesCall(const std::string& name, const std::vector<Ref>& a);
   Result<Ref> MakeTensor(const std::vector<Ref>& a, std::optional<DType> dtype);
   Status Build(Ref& obj, const Ref& state);
   Result<Ref> Step(uint8_t op, bool* stop);
