@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "convert_test_util.h"
@@ -110,29 +111,44 @@ TEST(RoundTrip, SafetensorsOutputListsDroppedEntries) {
   EXPECT_EQ(r2.dropped[0].key, "c128");
 }
 
-// The top-level dict's int keys ({0: t, 1: 2}) are remembered like any
-// other dict's: the .pt written back has int keys at its root again.
-TEST(RoundTrip, TopLevelIntKeysComeBack) {
-  std::string dir = MakeTempDir("rt_root_ints");
+// Python typing ckfmt has no kind for is remembered in metadata, the root's
+// too: the top-level dict's int keys ({0: ..., 1: ...}), and an
+// OrderedDict with its attributes (a state dict's _metadata). The .pt
+// written back has them again, as reading it back records the same.
+TEST(RoundTrip, ContainerTypingComesBack) {
+  std::string dir = MakeTempDir("rt_typing");
   Node root = Node::Dict();
   root.int_keys = true;
+  Node model = Node::Dict();
+  model.ordered = true;
+  model.attributes = R"({"_metadata":{"":{"version":1},"0":{"version":2}}})";
   Node one;
   one.kind = Node::Kind::kInt;
   one.i = 2;
-  root.children.emplace_back("0", one);
+  model.children.emplace_back("w", one);
+  root.children.emplace_back("0", model);
   root.children.emplace_back("1", one);
   ConvertLog log;
   ASSERT_TRUE(WriteCkfmt(root, dir + "/a.ckfmt", SinkOptions{}, &log).ok());
-  auto meta = [](const FileSummary& s) {
+  auto meta = [](const FileSummary& s, const char* key) {
     for (const auto& [k, v] : s.metadata) {
-      if (k == kIntKeyDictsMeta) return v;
+      if (k == key) return v;
     }
     return std::string();
   };
-  EXPECT_EQ(meta(SummarizeCkfmt(dir + "/a.ckfmt")), "[null]");
+  const std::map<const char*, std::string> want = {
+      {kIntKeyDictsMeta, "[null]"},
+      {kOrderedDictsMeta, R"(["0"])"},
+      {kDictAttributesMeta,
+       R"([["0","{\"_metadata\":{\"\":{\"version\":1},\"0\":{\"version\":2}}}"]])"}};
+  for (const auto& [key, value] : want) {
+    EXPECT_EQ(meta(SummarizeCkfmt(dir + "/a.ckfmt"), key), value) << key;
+  }
   ConvertOrDie(dir + "/a.ckfmt", dir + "/b.pt");
-  ConvertOrDie(dir + "/b.pt", dir + "/b.ckfmt");  // int keys as the pickle has them
-  EXPECT_EQ(meta(SummarizeCkfmt(dir + "/b.ckfmt")), "[null]");
+  ConvertOrDie(dir + "/b.pt", dir + "/b.ckfmt");  // typing as the pickle has it
+  for (const auto& [key, value] : want) {
+    EXPECT_EQ(meta(SummarizeCkfmt(dir + "/b.ckfmt"), key), value) << key;
+  }
 }
 
 TEST(RoundTrip, TorchZipIsStoredAlignedAndLittleEndian) {

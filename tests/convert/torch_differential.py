@@ -16,8 +16,11 @@ probing one feature, go through three steps:
    directory of DCP's own dcp.save.
 
 Strides, storage sharing, Parameter-ness and requires_grad are not compared.
-Only values ckfmt keeps exactly are generated: its documented changes (set
--> list, OrderedDict -> dict, ...) and refusals are not exercised here. Run
+A state dict's OrderedDict type and _metadata are compared (values only:
+ckfmt gives _metadata back as plain dicts, which load_state_dict reads
+alike). Only values ckfmt keeps exactly are generated: its documented
+changes (set -> list, torch.Size -> tuple, ...) and refusals are not
+exercised here. Run
 by hand with a Python that has torch (checked with torch 2.15):
 
     python tests/convert/torch_differential.py --ckfmt build/tools/ckfmt [--random 300]
@@ -228,12 +231,12 @@ def targeted():
          ("python_random_state", {"rng": random.Random(3).getstate()}),
          ("torch_rng_state", {"rng": torch.get_rng_state()})]
     for kind in ["adamw", "adam_amsgrad", "sgd"]:
-        model, opt, sched = training_state(kind, 1)  # dict(): OrderedDict is not kept
-        c.append((f"train_{kind}", {"model": dict(model.state_dict()), "optim": opt.state_dict(),
+        model, opt, sched = training_state(kind, 1)
+        c.append((f"train_{kind}", {"model": model.state_dict(), "optim": opt.state_dict(),
                                     "sched": sched.state_dict(), "epoch": 2}))
     model, opt, sched = training_state("adamw", 2)
     emb = torch.nn.Embedding(5, 3, padding_idx=0)
-    return c + [("bare_optim_sd", opt.state_dict()), ("bare_model_sd", dict(model.state_dict())),
+    return c + [("bare_optim_sd", opt.state_dict()), ("bare_model_sd", model.state_dict()),
                 ("sched_sd", sched.state_dict()),
                 ("grad_scaler_sd", {"scaler": torch.amp.GradScaler("cpu").state_dict()}),
                 ("embedding_bf16", {"emb": {k: v.to(torch.bfloat16)
@@ -252,6 +255,9 @@ def diff(a, b, path="", ordered=True, out=None):
     elif type(a) is not type(b):
         out.append(f"{p}: {type(a).__name__} {short(a)} -> {type(b).__name__} {short(b)}")
     elif isinstance(a, dict):
+        if getattr(a, "_metadata", None) != getattr(b, "_metadata", None):  # a state dict's
+            out.append(f"{p}: _metadata {short(getattr(a, '_metadata', None))} -> "
+                       f"{short(getattr(b, '_metadata', None))}")
         ka, kb = [(type(k).__name__, k) for k in a], [(type(k).__name__, k) for k in b]
         if sorted(ka, key=repr) != sorted(kb, key=repr):
             out.append(f"{p}: keys {short(list(a))} -> {short(list(b))}")

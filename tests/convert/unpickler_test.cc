@@ -410,9 +410,9 @@ TEST(PyToTree, KeysAndValuesWithoutACkfmtKind) {
   }
 }
 
-// Python types that become another kind, and what is dropped, each with a
-// note: the report says what changed.
-TEST(PyToTree, StandInsAndDroppedAttributesAreNoted) {
+// Python types that become another kind, each with a note: the report says
+// what changed. An OrderedDict is kept as one, with its attributes.
+TEST(PyToTree, StandInsAreNotedAndOrderedDictsKept) {
   // od = OrderedDict(w=1); od._metadata = {"": {"version": 1}}
   // pickle.dumps({"c": 1+2j, "ba": bytearray(b"ab"), "m": {0: 1, "a": 2},
   //               "od": od, "size": torch.Size([2, 3]),
@@ -437,14 +437,16 @@ TEST(PyToTree, StandInsAndDroppedAttributesAreNoted) {
   for (const char* note :
        {"\"c\": complex stored as the tuple (real, imag)", "\"ba\": bytearray stored as bytes",
         "\"m\": int keys beside other keys stored as strings",
-        "\"od\": the dict's attributes (an OrderedDict's _metadata of module versions) are not "
-        "kept",
         "\"size\": torch.Size stored as a tuple",
         "\"dev\": torch.device stored as the string \"cpu\""}) {
     EXPECT_NE(notes.find(note), std::string::npos) << note << " in:\n" << notes;
   }
-  EXPECT_EQ(log.notes.size(), 6u) << notes;
+  EXPECT_EQ(log.notes.size(), 5u) << notes;
   EXPECT_FALSE(tree->children[2].second.int_keys);
+  const Node& od = tree->children[3].second;
+  EXPECT_TRUE(od.ordered);
+  EXPECT_EQ(od.attributes, R"({"_metadata":{"":{"version":1}}})");
+  EXPECT_FALSE(tree->ordered);
 }
 
 }  // namespace

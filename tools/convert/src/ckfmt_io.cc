@@ -1,6 +1,8 @@
 // ckfmt as a source (through CheckpointReader) and as a sink (through the
 // streaming CheckpointWriter).
+#include <functional>
 #include <map>
+
 #include <nlohmann/json.hpp>
 
 #include "ckfmt/host_memory.h"
@@ -113,15 +115,39 @@ struct Walker {
   }
 };
 
-void CollectTyping(const Node& n, KeyPath& path, nlohmann::json& ints, nlohmann::json& tuples) {
+// Python typing of containers that ckfmt has no kind for, as JSON arrays
+// of key paths (FormatKeyPath; the root, whose path would read back as one
+// empty key, is null) for the metadata keys of sink.h.
+struct Typing {
+  nlohmann::json int_key_dicts = nlohmann::json::array();
+  nlohmann::json tuples = nlohmann::json::array();
+  nlohmann::json ordered_dicts = nlohmann::json::array();
+  nlohmann::json dict_attributes = nlohmann::json::array();  // [path, JSON object text]
+};
+
+bool NestsAtMost(const nlohmann::ordered_json& v, int levels) {
+  if (!v.is_structured()) return true;
+  if (levels == 0) return false;
+  for (const auto& x : v) {
+    if (!NestsAtMost(x, levels - 1)) return false;
+  }
+  return true;
+}
+
+nlohmann::json PathJson(const KeyPath& path) {
+  return path.empty() ? nlohmann::json() : nlohmann::json(FormatKeyPath(path));
+}
+
+void CollectTyping(const Node& n, KeyPath& path, Typing* t) {
   if (n.kind != Node::Kind::kDict && n.kind != Node::Kind::kList) return;
-  // The root's path would read back as one empty key: it is null.
-  if (n.int_keys) ints.push_back(path.empty() ? nlohmann::json() : nlohmann::json(FormatKeyPath(path)));
-  if (!path.empty() && n.is_tuple) tuples.push_back(FormatKeyPath(path));
+  if (n.int_keys) t->int_key_dicts.push_back(PathJson(path));
+  if (n.is_tuple) t->tuples.push_back(PathJson(path));
+  if (n.ordered) t->ordered_dicts.push_back(PathJson(path));
+  if (!n.attributes.empty()) t->dict_attributes.push_back({PathJson(path), n.attributes});
   for (size_t i = 0; i < n.children.size(); ++i) {
     if (n.kind == Node::Kind::kList) path.emplace_back(static_cast<uint64_t>(i));
     else path.emplace_back(n.children[i].first);
-    CollectTyping(n.children[i].second, path, ints, tuples);
+    CollectTyping(n.children[i].second, path, t);
     path.pop_back();
   }
 }
@@ -148,15 +174,24 @@ Result<SinkStats> WriteCkfmt(const Node& root, const std::string& path, const Si
   so.world_size = options.world_size;
   so.save_mode = options.save_mode;
   // Typing of Python containers, so that a later conversion back to
-  // torch.save restores int keys and tuples.
+  // torch.save restores int keys, tuples and OrderedDicts with their
+  // attributes.
   KeyPath p;
-  nlohmann::json ints = nlohmann::json::array(), tuples = nlohmann::json::array();
-  CollectTyping(root, p, ints, tuples);
+  Typing typing;
+  CollectTyping(root, p, &typing);
+  const std::pair<const char*, const nlohmann::json*> typing_meta[] = {
+      {kIntKeyDictsMeta, &typing.int_key_dicts},
+      {kTuplesMeta, &typing.tuples},
+      {kOrderedDictsMeta, &typing.ordered_dicts},
+      {kDictAttributesMeta, &typing.dict_attributes}};
   for (const auto& kv : options.metadata) {
-    if (kv.first != kIntKeyDictsMeta && kv.first != kTuplesMeta) so.metadata.push_back(kv);
+    bool typing_key = false;
+    for (const auto& [k, v] : typing_meta) typing_key = typing_key || kv.first == k;
+    if (!typing_key) so.metadata.push_back(kv);
   }
-  if (!ints.empty()) so.metadata.emplace_back(kIntKeyDictsMeta, ints.dump());
-  if (!tuples.empty()) so.metadata.emplace_back(kTuplesMeta, tuples.dump());
+  for (const auto& [k, v] : typing_meta) {
+    if (!v->empty()) so.metadata.emplace_back(k, v->dump());
+  }
   CKFMT_ASSIGN_OR_RETURN(auto w, CheckpointWriter::Create(path, so));
   w->ExpectBytes(DataBytes(root));
   SinkStats stats;
@@ -253,8 +288,9 @@ Result<Node> ReadCkfmt(const std::string& path, ConvertLog* log,
       nodes[e.path] = self;
     }
   }
-  // Restore Python typing recorded by an earlier conversion.
-  auto apply = [&](const char* meta_key, bool ints) {
+  // Restore Python typing recorded by an earlier conversion: `mark` on the
+  // container each entry of the metadata's array names.
+  auto apply = [&](const char* meta_key, const std::function<void(Node*, const nlohmann::json&)>& mark) {
     for (const auto& [k, v] : index.metadata) {
       if (k != meta_key) continue;
       auto j = nlohmann::json::parse(v, nullptr, false);
@@ -262,18 +298,32 @@ Result<Node> ReadCkfmt(const std::string& path, ConvertLog* log,
         log->Note(path + ": metadata " + k + " is not a JSON array; ignored");
         continue;
       }
-      for (const auto& s : j) {
-        if (ints && s.is_null()) root.int_keys = true;
-        if (!s.is_string()) continue;
-        auto it = nodes.find(ParseKeyPath(s.get<std::string>()));
-        if (it == nodes.end()) continue;
-        if (ints) it->second->int_keys = true;
-        else it->second->is_tuple = true;
+      for (const auto& entry : j) {
+        // An entry is a path, or [path, value] (dict attributes).
+        const nlohmann::json& at = entry.is_array() && entry.size() == 2 ? entry[0] : entry;
+        const nlohmann::json& value = entry.is_array() && entry.size() == 2 ? entry[1] : entry;
+        Node* node = nullptr;
+        if (at.is_null()) {
+          node = &root;
+        } else if (at.is_string()) {
+          auto it = nodes.find(ParseKeyPath(at.get<std::string>()));
+          if (it != nodes.end()) node = it->second;
+        }
+        if (node) mark(node, value);
       }
     }
   };
-  apply(kIntKeyDictsMeta, true);
-  apply(kTuplesMeta, false);
+  apply(kIntKeyDictsMeta, [](Node* n, const nlohmann::json&) { n->int_keys = true; });
+  apply(kTuplesMeta, [](Node* n, const nlohmann::json&) { n->is_tuple = n->kind == Node::Kind::kList; });
+  apply(kOrderedDictsMeta, [](Node* n, const nlohmann::json&) { n->ordered = n->kind == Node::Kind::kDict; });
+  apply(kDictAttributesMeta, [](Node* n, const nlohmann::json& v) {
+    if (n->kind != Node::Kind::kDict || !v.is_string()) return;
+    auto object = nlohmann::ordered_json::parse(v.get<std::string>(), nullptr, false);
+    // No deeper than a conversion records them: writing them back recurses.
+    if (object.is_object() && NestsAtMost(object, kMaxAttributeDepth)) {
+      n->attributes = object.dump();
+    }
+  });
   return root;
 }
 

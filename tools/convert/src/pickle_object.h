@@ -60,15 +60,16 @@ struct Object {
   int64_t i = 0;
   double f = 0;
   std::string s;         // kStr (UTF-8), kBytes, kBigInt (little-endian two's complement),
-                         // kGlobal/kInstance module, kCall "reduce"/"newobj"
+                         // kGlobal/kInstance module, kCall "reduce"/"newobj",
+                         // kDict "collections.OrderedDict" for one
   std::string s2;        // kGlobal/kInstance name; for the converter's notes, on a value
                          // that stands in for another Python type its name ("complex",
-                         // "slice", "bytearray", "torch.Size", "torch.device"), and on a
-                         // kDict whose BUILD state was dropped "OrderedDict attributes"
+                         // "slice", "bytearray", "torch.Size", "torch.device")
   std::vector<Ref> items;             // tuple/list/set; kCall: {callable, args...} extra appends
   std::vector<std::pair<Ref, Ref>> dict;  // kDict; kCall/kInstance: SETITEMS on the object
   Ref callable, args;                 // kCall
-  Ref state;                          // kCall/kInstance: BUILD state
+  Ref state;                          // kCall/kInstance/kDict: BUILD state (a kDict's:
+                                      // an OrderedDict's attributes, such as _metadata)
   std::shared_ptr<Storage> storage;   // kStorage
   std::shared_ptr<TensorRef> tensor;  // kTensor
 

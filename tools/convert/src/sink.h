@@ -32,6 +32,9 @@ struct SinkStats {
 // JSON arrays of FormatKeyPath strings.
 inline constexpr const char* kIntKeyDictsMeta = "convert.torch.int_key_dicts";
 inline constexpr const char* kTuplesMeta = "convert.torch.tuples";
+inline constexpr const char* kOrderedDictsMeta = "convert.torch.ordered_dicts";
+// [path, JSON object of the dict's attributes] pairs (a state dict's _metadata).
+inline constexpr const char* kDictAttributesMeta = "convert.torch.dict_attributes";
 inline constexpr const char* kSourceFormatMeta = "convert.source_format";
 
 Result<SinkStats> WriteCkfmt(const Node& root, const std::string& path, const SinkOptions& options,

@@ -6,6 +6,8 @@
 // the hooks argument; _codecs.encode for bytes.
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "crc32.h"
 #include "file_io.h"
 #include "pickle_globals.h"
@@ -31,6 +33,38 @@ struct Pickler {
     w.Mark();
     for (uint64_t x : v) w.Int(static_cast<int64_t>(x));
     w.Tuple();
+  }
+
+  // A dict's attributes as tree.cc's PlainJson recorded them: objects
+  // become dicts (a state dict's _metadata is an OrderedDict in torch;
+  // load_state_dict reads either alike), arrays lists.
+  void Plain(const nlohmann::ordered_json& v) {
+    if (v.is_object()) {
+      w.EmptyDict();
+      if (v.empty()) return;
+      w.Mark();
+      for (const auto& [k, x] : v.items()) {
+        w.Str(k);
+        Plain(x);
+      }
+      w.SetItems();
+    } else if (v.is_array()) {
+      w.EmptyList();
+      if (v.empty()) return;
+      w.Mark();
+      for (const auto& x : v) Plain(x);
+      w.Appends();
+    } else if (v.is_string()) {
+      w.Str(v.get<std::string>());
+    } else if (v.is_boolean()) {
+      w.Bool(v.get<bool>());
+    } else if (v.is_number_integer()) {
+      w.Int(v.get<int64_t>());
+    } else if (v.is_number()) {
+      w.Float(v.get<double>());
+    } else {
+      w.None();
+    }
   }
 
   void Tensor(TensorSource& t, const std::string& key) {
@@ -96,7 +130,13 @@ struct Pickler {
         Tensor(*n.tensor, key);
         return Status::OK();
       case Node::Kind::kDict: {
-        w.EmptyDict();
+        if (n.ordered) {
+          w.Global("collections", "OrderedDict");
+          w.EmptyTuple();
+          w.Reduce();
+        } else {
+          w.EmptyDict();
+        }
         size_t in_batch = 0;
         for (const auto& [k, v] : n.children) {
           std::string ck = JoinKey(key, k);
@@ -124,6 +164,13 @@ struct Pickler {
           }
         }
         if (in_batch) w.SetItems();
+        if (!n.attributes.empty()) {
+          auto attributes = nlohmann::ordered_json::parse(n.attributes, nullptr, false);
+          if (attributes.is_object()) {
+            Plain(attributes);
+            w.Build();
+          }
+        }
         return Status::OK();
       }
       case Node::Kind::kList: {

@@ -1,11 +1,14 @@
 #include "tree.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <future>
 #include <numeric>
 #include <unordered_map>
+
+#include <nlohmann/json.hpp>
 
 #include "ckfmt/utf8.h"
 #include "pickle_writer.h"
@@ -311,6 +314,36 @@ std::string KeyToString(const py::Object& k, bool* was_int, std::string* note) {
   }
 }
 
+// `o` as JSON if it is made of what JSON holds (dicts and OrderedDicts with
+// str keys, in order; lists, str, 64-bit ints, finite floats, bool, None),
+// at most kMaxAttributeDepth deep; false otherwise.
+bool PlainJson(const py::Object& o, nlohmann::ordered_json* out, int depth = 0) {
+  const bool container = o.kind == py::Kind::kList || o.kind == py::Kind::kDict;
+  if (container && depth >= kMaxAttributeDepth) return false;
+  switch (o.kind) {
+    case py::Kind::kNone: *out = nullptr; return true;
+    case py::Kind::kBool: *out = o.b; return true;
+    case py::Kind::kInt: *out = o.i; return true;
+    case py::Kind::kFloat: *out = o.f; return std::isfinite(o.f);
+    case py::Kind::kStr: *out = o.s; return IsValidUtf8(o.s);
+    case py::Kind::kList:
+      *out = nlohmann::ordered_json::array();
+      for (const auto& item : o.items) {
+        if (!PlainJson(*item, &out->emplace_back(), depth + 1)) return false;
+      }
+      return true;
+    case py::Kind::kDict:
+      if (o.state) return false;  // attributes of its own
+      *out = nlohmann::ordered_json::object();
+      for (const auto& [k, v] : o.dict) {
+        if (k->kind != py::Kind::kStr || !IsValidUtf8(k->s)) return false;
+        if (!PlainJson(*v, &(*out)[k->s], depth + 1)) return false;
+      }
+      return true;
+    default: return false;
+  }
+}
+
 Result<Node> Convert(const py::Ref& o, Ctx& c, const std::string& key, int depth) {
   if (depth > kMaxTreeDepth) {
     return Status::Unsupported(c.opts.where + ": " + KeyForMessage(key) + ": nesting deeper than " +
@@ -371,9 +404,15 @@ Result<Node> Convert(const py::Ref& o, Ctx& c, const std::string& key, int depth
     }
     case py::Kind::kDict: {
       n = Node::Dict();
-      if (!o->s2.empty()) {
-        c.log->Note(KeyForMessage(key) + ": the dict's attributes (an OrderedDict's _metadata of "
-                    "module versions) are not kept");
+      n.ordered = o->s == "collections.OrderedDict";
+      if (o->state) {
+        nlohmann::ordered_json attributes;
+        if (PlainJson(*o->state, &attributes) && attributes.is_object()) {
+          n.attributes = attributes.dump();
+        } else {
+          c.log->Note(KeyForMessage(key) + ": the dict's attributes are not plain values; not "
+                      "kept");
+        }
       }
       bool all_int = !o->dict.empty(), any_int = false;
       std::unordered_map<std::string, bool> seen;

@@ -117,6 +117,9 @@ Status SplitBox(const Region& box, const std::vector<size_t>& order, uint64_t bu
                 const std::function<uint64_t(const Region&)>& cost,
                 const std::function<Status(const Region&)>& emit);
 
+// How deep a dict's attributes may nest to be kept (Node::attributes).
+inline constexpr int kMaxAttributeDepth = 16;
+
 struct Node {
   enum class Kind { kNone, kBool, kInt, kFloat, kStr, kBytes, kTensor, kDict, kList };
   Kind kind = Kind::kNone;
@@ -129,6 +132,10 @@ struct Node {
   std::vector<std::pair<std::string, Node>> children;  // kDict: keys; kList: keys unused
   bool int_keys = false;     // kDict whose keys were Python ints (optimizer state)
   bool is_tuple = false;     // kList that was a Python tuple
+  bool ordered = false;      // kDict that was a collections.OrderedDict
+  std::string attributes;    // kDict: JSON object of its attributes (a state dict's
+                             // _metadata), where they were plain values and nest at
+                             // most kMaxAttributeDepth deep; else empty
   bool partial = false;      // kBytes of which the source holds only part: `s` is empty
 
   // Declared here, defaulted below: with libstdc++'s std::pair, Clang

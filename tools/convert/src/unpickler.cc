@@ -74,10 +74,10 @@ Status Unpickler::Build(Ref& obj, const Ref& state) {
       KeepMutated(obj);
       obj->state = state;
       return Status::OK();
-    case Kind::kDict:  // OrderedDict attributes (state dicts' _metadata): dropped, and said
+    case Kind::kDict:  // OrderedDict attributes (a state dict's _metadata)
       if (state->kind != Kind::kNone && !(state->kind == Kind::kDict && state->dict.empty())) {
         KeepMutated(obj);
-        obj->s2 = "OrderedDict attributes";
+        obj->state = state;
       }
       return Status::OK();
     case Kind::kTensor:  // tensor attributes (subclass state): dropped

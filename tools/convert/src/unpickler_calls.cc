@@ -124,6 +124,7 @@ Result<Ref> Unpickler::Reduce(const Ref& callable, const Ref& args, bool newobj)
       name == "builtins.dict") {
     CKFMT_RETURN_IF_ERROR(argc(0, 1));
     auto d = py::Make(Kind::kDict);
+    if (name == "collections.OrderedDict") d->s = name;
     if (a.size() == 1) {
       const Object& src = *a[0];
       if (src.kind == Kind::kDict) {
