@@ -290,7 +290,8 @@ Result<Node> ReadCkfmt(const std::string& path, ConvertLog* log,
   }
   // Restore Python typing recorded by an earlier conversion: `mark` on the
   // container each entry of the metadata's array names.
-  auto apply = [&](const char* meta_key, const std::function<void(Node*, const nlohmann::json&)>& mark) {
+  using Mark = std::function<void(Node*, const nlohmann::json&)>;
+  auto apply = [&](const char* meta_key, const Mark& mark) {
     for (const auto& [k, v] : index.metadata) {
       if (k != meta_key) continue;
       auto j = nlohmann::json::parse(v, nullptr, false);
@@ -313,9 +314,10 @@ Result<Node> ReadCkfmt(const std::string& path, ConvertLog* log,
       }
     }
   };
-  apply(kIntKeyDictsMeta, [](Node* n, const nlohmann::json&) { n->int_keys = true; });
-  apply(kTuplesMeta, [](Node* n, const nlohmann::json&) { n->is_tuple = n->kind == Node::Kind::kList; });
-  apply(kOrderedDictsMeta, [](Node* n, const nlohmann::json&) { n->ordered = n->kind == Node::Kind::kDict; });
+  using Json = nlohmann::json;
+  apply(kIntKeyDictsMeta, [](Node* n, const Json&) { n->int_keys = true; });
+  apply(kTuplesMeta, [](Node* n, const Json&) { n->is_tuple = n->kind == Node::Kind::kList; });
+  apply(kOrderedDictsMeta, [](Node* n, const Json&) { n->ordered = n->kind == Node::Kind::kDict; });
   apply(kDictAttributesMeta, [](Node* n, const nlohmann::json& v) {
     if (n->kind != Node::Kind::kDict || !v.is_string()) return;
     auto object = nlohmann::ordered_json::parse(v.get<std::string>(), nullptr, false);
