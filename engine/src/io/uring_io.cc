@@ -104,6 +104,16 @@ class UringIo final : public BlockIo {
       --in_flight_;
       Req& r = reqs_[slot];
       const char* what = r.write ? "write to " : "read of ";
+      // This engine cancels nothing, and a file read or write interrupted
+      // before it moved a byte reports -EINTR: both mean the kernel dropped
+      // the request, which is safe to queue again. io_uring cancels work
+      // when it cannot start a worker thread for it, which a storm of
+      // signals makes fail (its retries of the thread's creation give up).
+      if ((res == -ECANCELED || res == -EINTR) && r.retries < kMaxRetries) {
+        ++r.retries;
+        if (Status s = Queue(slot); !s.ok()) return {slot, s};
+        continue;
+      }
       if (res < 0) {
         return {slot, Status::FromErrno(-res, what + file_.path() + " at offset " +
                                                   std::to_string(r.offset + r.done))};
@@ -137,7 +147,9 @@ class UringIo final : public BlockIo {
     uint64_t offset = 0;
     size_t len = 0;
     size_t done = 0;
+    int retries = 0;  // of a request the kernel dropped (-ECANCELED, -EINTR)
   };
+  static constexpr int kMaxRetries = 1000;
 
   int BufferOf(const uint8_t* p, size_t len) const {
     for (size_t i = 0; i < slots_.size(); ++i) {
