@@ -22,6 +22,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                           (to_dcp ? "out_dcp" : is_ckfmt ? "out.safetensors" : "out.ckfmt");
   ckfmt_fuzz::RunConvert(src, dst, data, size, to_dcp ? ckfmt::convert::Format::kDcp
                                                       : ckfmt::convert::Format::kAuto);
-  if (to_dcp) std::filesystem::remove_all(dst);  // a DCP output must not exist beforehand
+  if (to_dcp) std::filesystem::remove_all(dst);  // each run writes a new DCP directory
   return 0;
 }

@@ -318,7 +318,7 @@ Result<Node> ReadCkfmt(const std::string& path, ConvertLog* log,
   apply(kIntKeyDictsMeta, [](Node* n, const Json&) { n->int_keys = true; });
   apply(kTuplesMeta, [](Node* n, const Json&) { n->is_tuple = n->kind == Node::Kind::kList; });
   apply(kOrderedDictsMeta, [](Node* n, const Json&) { n->ordered = n->kind == Node::Kind::kDict; });
-  apply(kDictAttributesMeta, [](Node* n, const nlohmann::json& v) {
+  apply(kDictAttributesMeta, [](Node* n, const Json& v) {
     if (n->kind != Node::Kind::kDict || !v.is_string()) return;
     auto object = nlohmann::ordered_json::parse(v.get<std::string>(), nullptr, false);
     // No deeper than a conversion records them: writing them back recurses.

@@ -454,7 +454,7 @@ Result<SinkStats> WriteDcp(const Node& root, const std::string& dst_arg,
   if (!HoldsOnlyDcpFiles(tmp.path, &foreign)) {
     // Under a name that later conversions do not take for their own stale
     // temporary ("<dst>.kept.<hex>").
-    const std::string kept = dst + ".kept" + tmp.path.substr(dst.size() + 4);
+    const std::string kept = dst + ".kept" + tmp.path.substr(tmp.path.rfind('.'));
     const bool moved = ::rename(tmp.path.c_str(), kept.c_str()) == 0;
     tmp.committed = true;
     log->Note("kept the directory that " + dst + " named, now " + (moved ? kept : tmp.path) +

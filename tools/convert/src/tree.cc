@@ -531,30 +531,26 @@ Status CheckSubtree(const Node& n, const std::string& where, const std::string& 
     return Status::Unsupported(where + ": " + KeyForMessage(key) + ": nesting deeper than " +
                                std::to_string(kMaxTreeDepth) + " levels, the converter's limit");
   }
-  auto not_utf8 = [&](const std::string& what) {
+  // Why `text`, which is not valid UTF-8, cannot be converted.
+  auto not_utf8 = [&](const std::string& what, const std::string& text) {
+    if (HasOnlySurrogateFaults(text)) {  // a valid Python str that UTF-8 cannot hold
+      return Status::Unsupported(where + ": " + what +
+                                 " holds a lone surrogate, which ckfmt's UTF-8 strings cannot");
+    }
     return Status::Corruption(where + ": " + what + " is not valid UTF-8, which ckfmt and "
                               "safetensors require of their strings");
   };
   if (n.kind == Node::Kind::kStr && !IsValidUtf8(n.s)) {
-    if (HasOnlySurrogateFaults(n.s)) {  // a valid Python str that UTF-8 cannot hold
-      return Status::Unsupported(where + ": the string at " + KeyForMessage(key) +
-                                 " holds a lone surrogate, which ckfmt's UTF-8 strings cannot");
-    }
-    return not_utf8("the string at " + KeyForMessage(key));
+    return not_utf8("the string at " + KeyForMessage(key), n.s);
   }
   if (n.kind == Node::Kind::kBytes && !IsValidUtf8(n.content_type)) {
-    return not_utf8("the content type at " + KeyForMessage(key));
+    return not_utf8("the content type at " + KeyForMessage(key), n.content_type);
   }
   const bool list = n.kind == Node::Kind::kList;
   for (size_t i = 0; i < n.children.size(); ++i) {
     const auto& [k, child] = n.children[i];
     if (!IsValidUtf8(k)) {
-      const std::string which = "a key below " + (key.empty() ? "the root" : QuoteKey(key));
-      if (HasOnlySurrogateFaults(k)) {
-        return Status::Unsupported(where + ": " + which +
-                                   " holds a lone surrogate, which ckfmt's UTF-8 strings cannot");
-      }
-      return not_utf8(which);
+      return not_utf8("a key below " + (key.empty() ? "the root" : QuoteKey(key)), k);
     }
     const std::string child_key = JoinKey(key, list ? std::to_string(i) : k);
     CKFMT_RETURN_IF_ERROR(CheckSubtree(child, where, child_key, depth + 1));
