@@ -350,6 +350,47 @@ TEST(DcpOutput, StaleTemporaryDirectoriesOfKilledConversionsAreRemoved) {
   EXPECT_EQ(Names(dir), (std::set<std::string>{"s.ckfmt", "out", "out.tmp.fedcba9876543210"}));
 }
 
+// A file that comes into the old checkpoint while the new one is written
+// is not deleted with it: the old directory is kept beside, and said so.
+TEST(DcpOutput, AnOldCheckpointThatGainedOtherFilesIsKept) {
+  std::string dir = MakeTempDir("dcp_replace_race");
+  const std::string src = dir + "/s.ckfmt";
+  Dict state;
+  state.Set("w", Iota(DType::kF32, {4}));
+  ASSERT_TRUE(Save(src, Value(state)).ok());
+  fs::create_directory(dir + "/old");
+  WriteFile(dir + "/old/.metadata", "an older checkpoint");
+  WriteFile(dir + "/old/__0_0.distcp", "rank 0");
+  ConvertOptions o;
+  o.src = src;
+  o.dst = dir + "/old";
+  o.to = Format::kDcp;
+  o.fsync = false;
+  o.progress = [&](uint64_t, uint64_t, const std::string&) {
+    if (!fs::exists(dir + "/old/notes.txt")) WriteFile(dir + "/old/notes.txt", "the user's");
+  };
+  Result<ConvertReport> r = convert::Run(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(Names(dir + "/old"), (std::set<std::string>{".metadata", "__0_0.distcp"}));
+  std::string kept;
+  for (const std::string& n : Names(dir)) {
+    if (n.rfind("old.kept.", 0) == 0) kept = dir + "/" + n;
+  }
+  ASSERT_FALSE(kept.empty());
+  EXPECT_EQ(Names(dir), (std::set<std::string>{"s.ckfmt", "old", fs::path(kept).filename()}));
+  EXPECT_EQ(ReadFile(kept + "/.metadata"), "an older checkpoint");
+  EXPECT_EQ(ReadFile(kept + "/__0_0.distcp"), "rank 0");
+  EXPECT_EQ(ReadFile(kept + "/notes.txt"), "the user's");
+  ASSERT_EQ(r->notes.size(), 1u);
+  EXPECT_EQ(r->notes[0], "kept the directory that " + dir + "/old named, now " + kept +
+                             ": it came to hold notes.txt while the new checkpoint was written");
+  // The kept directory is not taken for a stale temporary by the next
+  // conversion, however old.
+  fs::last_write_time(kept, fs::file_time_type::clock::now() - std::chrono::minutes(5));
+  ASSERT_TRUE(ConvertToDcp(src, dir + "/old").ok());
+  EXPECT_TRUE(fs::exists(kept + "/notes.txt"));
+}
+
 // A refused conversion leaves the DCP checkpoint it would have replaced.
 TEST(DcpOutput, AFailedReplacementKeepsTheOldCheckpoint) {
   std::string dir = MakeTempDir("dcp_replace_fail");
