@@ -180,6 +180,30 @@ TEST(FixtureDetails, ProgressReachesTheTotal) {
   EXPECT_EQ(last_done, last_total);
 }
 
+// Views of one storage (tied weights alike) are stored each on its own:
+// the report says which, once per storage, as torch.save and the legacy
+// format record them.
+TEST(FixtureDetails, TensorsSharingAStorageAreNoted) {
+  std::string dir = MakeTempDir("shared");
+  const std::string want =
+      "\"base\", \"transposed\", \"slice\" and 2 more share one storage; each is stored on its "
+      "own, no longer tied";
+  ConvertReport zip = ConvertOrDie(Fixture("views.pt"), dir + "/views.ckfmt");
+  EXPECT_EQ(zip.notes, std::vector<std::string>{want});
+  ConvertReport legacy = ConvertOrDie(Fixture("legacy.pt"), dir + "/legacy.ckfmt");
+  std::vector<std::string> shared;
+  for (const std::string& n : legacy.notes) {
+    if (n.find("share one storage") != std::string::npos) shared.push_back(n);
+  }
+  EXPECT_EQ(shared, std::vector<std::string>{
+                        "\"views.base\", \"views.transposed\", \"views.slice\" and 2 more share "
+                        "one storage; each is stored on its own, no longer tied"});
+  // Tensors on storages of their own get no such note.
+  for (const std::string& n : ConvertOrDie(Fixture("mlp_adamw.pt"), dir + "/m.ckfmt").notes) {
+    EXPECT_EQ(n.find("share one storage"), std::string::npos) << n;
+  }
+}
+
 TEST(FixtureDetails, TinyBudgetSplitsTensorsIntoPieces) {
   // A tiny budget splits tensors into many box pieces and still converts exactly.
   std::string dir = MakeTempDir("budget");

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <future>
+#include <map>
 #include <numeric>
 #include <unordered_map>
 
@@ -247,6 +248,31 @@ struct Ctx {
   const PyToTreeOptions& opts;
   ConvertLog* log;
   uint64_t nodes = 0;
+  // The keys of the tensors on each storage, in the order met: tensors that
+  // share one (tied weights, views) are stored each on its own.
+  std::map<std::string, std::vector<std::string>> storage_users;
+  std::vector<std::string> storages_in_order;
+
+  void UsesStorage(const py::Object& storage, const std::string& key) {
+    auto& users = storage_users[storage.storage->key];
+    if (users.empty()) storages_in_order.push_back(storage.storage->key);
+    users.push_back(key);
+  }
+  // One note per storage that several tensors share.
+  void NoteSharedStorages() const {
+    constexpr size_t kNamed = 3;
+    for (const std::string& s : storages_in_order) {
+      const std::vector<std::string>& users = storage_users.at(s);
+      if (users.size() < 2) continue;
+      std::string names;
+      const size_t named = users.size() <= kNamed + 1 ? users.size() : kNamed;
+      for (size_t i = 0; i < named; ++i) {
+        names += (i == 0 ? "" : i + 1 == users.size() ? " and " : ", ") + KeyForMessage(users[i]);
+      }
+      if (named < users.size()) names += " and " + std::to_string(users.size() - named) + " more";
+      log->Note(names + " share one storage; each is stored on its own, no longer tied");
+    }
+  }
 };
 
 constexpr uint64_t kMaxNodes = 10'000'000;
@@ -442,6 +468,7 @@ Result<Node> Convert(const py::Ref& o, Ctx& c, const std::string& key, int depth
     case py::Kind::kTensor: {
       n.kind = Node::Kind::kTensor;
       CKFMT_ASSIGN_OR_RETURN(n.tensor, c.opts.make_tensor(*o->tensor, key));
+      c.UsesStorage(*o->tensor->storage, key);
       return n;
     }
     case py::Kind::kStorage: {
@@ -452,6 +479,7 @@ Result<Node> Convert(const py::Ref& o, Ctx& c, const std::string& key, int depth
       t.stride = {1};
       n.kind = Node::Kind::kTensor;
       CKFMT_ASSIGN_OR_RETURN(n.tensor, c.opts.make_tensor(t, key));
+      c.UsesStorage(*o, key);
       c.log->Note(KeyForMessage(key) + ": a bare storage stored as a 1-d tensor");
       return n;
     }
@@ -508,7 +536,9 @@ Result<Node> PyToTree(const py::Ref& obj, const PyToTreeOptions& options, Conver
                                " values through shared references (a pickle bomb?)");
   }
   Ctx c{options, log};
-  return Convert(obj, c, key, 0);
+  CKFMT_ASSIGN_OR_RETURN(Node root, Convert(obj, c, key, 0));
+  c.NoteSharedStorages();
+  return root;
 }
 
 namespace {
