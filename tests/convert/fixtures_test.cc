@@ -58,7 +58,7 @@ TEST_P(FixtureTest, ConvertsToCkfmtMatchingTheManifest) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureTest,
-                         ::testing::Values("mlp_adamw.pt", "dtypes.pt", "views.pt", "legacy.pt",
+                         ::testing::Values("mlp_adamw.pt", "dtypes.pt", "views.pt", "params.pt", "legacy.pt",
                                            "model.safetensors", "sharded_st", "dcp_fsdp2", "dcp_tp",
                                            "dcp_torch22"),
                          [](const auto& info) {
@@ -202,6 +202,14 @@ TEST(FixtureDetails, TensorsSharingAStorageAreNoted) {
   for (const std::string& n : ConvertOrDie(Fixture("mlp_adamw.pt"), dir + "/m.ckfmt").notes) {
     EXPECT_EQ(n.find("share one storage"), std::string::npos) << n;
   }
+}
+
+// nn.Parameters (trainable or not) become plain tensors: one note names them.
+TEST(FixtureDetails, ParametersAreNoted) {
+  std::string dir = MakeTempDir("params");
+  EXPECT_EQ(ConvertOrDie(Fixture("params.pt"), dir + "/p.ckfmt").notes,
+            std::vector<std::string>{"\"w\" and \"frozen\": torch.nn.Parameter stored as a plain "
+                                     "tensor (requires_grad is not kept)"});
 }
 
 TEST(FixtureDetails, TinyBudgetSplitsTensorsIntoPieces) {

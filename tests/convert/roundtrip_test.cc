@@ -86,7 +86,7 @@ TEST_P(RoundTripTest, ThroughDcp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, RoundTripTest,
-                         ::testing::Values("mlp_adamw.pt", "dtypes.pt", "views.pt", "legacy.pt",
+                         ::testing::Values("mlp_adamw.pt", "dtypes.pt", "views.pt", "params.pt", "legacy.pt",
                                            "model.safetensors", "dcp_fsdp2", "dcp_tp"),
                          [](const auto& info) {
                            std::string s = info.param;

@@ -64,7 +64,8 @@ struct Object {
                          // kDict "collections.OrderedDict" for one
   std::string s2;        // kGlobal/kInstance name; for the converter's notes, on a value
                          // that stands in for another Python type its name ("complex",
-                         // "slice", "bytearray", "torch.Size", "torch.device")
+                         // "slice", "bytearray", "torch.Size", "torch.device"; a kTensor
+                         // "torch.nn.Parameter")
   std::vector<Ref> items;             // tuple/list/set; kCall: {callable, args...} extra appends
   std::vector<std::pair<Ref, Ref>> dict;  // kDict; kCall/kInstance: SETITEMS on the object
   Ref callable, args;                 // kCall

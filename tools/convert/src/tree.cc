@@ -258,20 +258,31 @@ struct Ctx {
     if (users.empty()) storages_in_order.push_back(storage.storage->key);
     users.push_back(key);
   }
-  // One note per storage that several tensors share.
-  void NoteSharedStorages() const {
-    constexpr size_t kNamed = 3;
+  std::vector<std::string> parameters;  // keys of nn.Parameters, stored as tensors
+
+  // The notes that speak for many keys at once, made when the tree is done.
+  void NoteForManyKeys() const {
     for (const std::string& s : storages_in_order) {
       const std::vector<std::string>& users = storage_users.at(s);
       if (users.size() < 2) continue;
-      std::string names;
-      const size_t named = users.size() <= kNamed + 1 ? users.size() : kNamed;
-      for (size_t i = 0; i < named; ++i) {
-        names += (i == 0 ? "" : i + 1 == users.size() ? " and " : ", ") + KeyForMessage(users[i]);
-      }
-      if (named < users.size()) names += " and " + std::to_string(users.size() - named) + " more";
-      log->Note(names + " share one storage; each is stored on its own, no longer tied");
+      log->Note(NameSome(users) + " share one storage; each is stored on its own, no longer tied");
     }
+    if (!parameters.empty()) {
+      log->Note(NameSome(parameters) + ": torch.nn.Parameter stored as a plain tensor "
+                "(requires_grad is not kept)");
+    }
+  }
+
+  // `keys` quoted, the first three of them where there are more than four.
+  static std::string NameSome(const std::vector<std::string>& keys) {
+    constexpr size_t kNamed = 3;
+    const size_t named = keys.size() <= kNamed + 1 ? keys.size() : kNamed;
+    std::string names;
+    for (size_t i = 0; i < named; ++i) {
+      names += (i == 0 ? "" : i + 1 == keys.size() ? " and " : ", ") + KeyForMessage(keys[i]);
+    }
+    if (named < keys.size()) names += " and " + std::to_string(keys.size() - named) + " more";
+    return names;
   }
 };
 
@@ -469,6 +480,7 @@ Result<Node> Convert(const py::Ref& o, Ctx& c, const std::string& key, int depth
       n.kind = Node::Kind::kTensor;
       CKFMT_ASSIGN_OR_RETURN(n.tensor, c.opts.make_tensor(*o->tensor, key));
       c.UsesStorage(*o->tensor->storage, key);
+      if (o->s2 == "torch.nn.Parameter") c.parameters.push_back(key);
       return n;
     }
     case py::Kind::kStorage: {
@@ -537,7 +549,7 @@ Result<Node> PyToTree(const py::Ref& obj, const PyToTreeOptions& options, Conver
   }
   Ctx c{options, log};
   CKFMT_ASSIGN_OR_RETURN(Node root, Convert(obj, c, key, 0));
-  c.NoteSharedStorages();
+  c.NoteForManyKeys();
   return root;
 }
 

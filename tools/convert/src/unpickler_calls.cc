@@ -206,6 +206,7 @@ Result<Ref> Unpickler::Reduce(const Ref& callable, const Ref& args, bool newobj)
       name == "torch._utils._rebuild_parameter_with_state") {
     CKFMT_RETURN_IF_ERROR(argc(3, 4));
     if (a[0]->kind != Kind::kTensor) return Err(name + " of a " + py::Describe(*a[0]));
+    a[0]->s2 = "torch.nn.Parameter";  // for the converter's note
     return a[0];
   }
   if (name == "torch._tensor._rebuild_from_type_v2") {
@@ -217,7 +218,11 @@ Result<Ref> Unpickler::Reduce(const Ref& callable, const Ref& args, bool newobj)
       return Status::Unsupported(opts_.where + ": tensor subclass " + py::Describe(type) +
                                  " is not supported");
     }
-    return Reduce(a[0], a[2], false);
+    CKFMT_ASSIGN_OR_RETURN(Ref t, Reduce(a[0], a[2], false));
+    if (tn == "torch.nn.parameter.Parameter" && t->kind == Kind::kTensor) {
+      t->s2 = "torch.nn.Parameter";
+    }
+    return t;
   }
   if (name == "torch.Size") {
     CKFMT_RETURN_IF_ERROR(argc(0, 1));
