@@ -325,6 +325,28 @@ TEST(Refusal, LongPickleKeysAreQuotedShort) {
   EXPECT_NE(s.message().find("two keys read as \"1\""), std::string::npos) << s.message();
 }
 
+// Converting a file onto itself would replace the source: refused however
+// the destination names it, and the source is left as it was.
+TEST(Refusal, DestinationThatIsTheSource) {
+  std::string dir = MakeTempDir("same");
+  const std::string src = dir + "/a.ckfmt";
+  ASSERT_TRUE(ConvertStatus(Fixture("mlp_adamw.pt"), src).ok());
+  const std::string before = ReadFile(src);
+  std::filesystem::create_symlink("a.ckfmt", dir + "/link.ckfmt");
+  std::filesystem::create_directory(dir + "/sub");
+  for (const std::string& dst : {src, dir + "/./a.ckfmt", dir + "/sub/../a.ckfmt",
+                                 dir + "/link.ckfmt"}) {
+    Status s = ConvertStatus(src, dst);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << dst << ": " << s.ToString();
+    EXPECT_EQ(s.message(), dst + ": destination is the source");
+  }
+  // Through a link as the source, too.
+  Status s = ConvertStatus(dir + "/link.ckfmt", src);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_EQ(ReadFile(src), before);
+  EXPECT_EQ(std::filesystem::read_symlink(dir + "/link.ckfmt"), "a.ckfmt");
+}
+
 // Python pickles a str holding a lone surrogate as UTF-8 with the
 // surrogate's bytes: a valid file that ckfmt cannot hold (exit 3), not a
 // damaged one.

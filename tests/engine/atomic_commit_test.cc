@@ -273,6 +273,28 @@ TEST_F(AtomicCommitTest, SaveOntoADirectoryIsRefusedBeforeWriting) {
   EXPECT_TRUE(TempNames(dir.List()).empty()) << ::testing::PrintToString(dir.List());
 }
 
+// A save through "latest -> step_1000" must not overwrite step_1000: the
+// link itself is replaced, as rename(2) does, whether it names a file or a
+// directory.
+TEST_F(AtomicCommitTest, SaveOntoASymlinkReplacesTheLinkNotWhatItNames) {
+  const std::string link = dir.File("latest.ckfmt");
+  std::filesystem::create_symlink(path, link);
+  const Value new_value = MakeRichStateDict(22);
+  CKFMT_ASSERT_OK(ckfmt::Save(link, new_value, SmallSaveOptions()));
+  EXPECT_FALSE(std::filesystem::is_symlink(link));
+  EXPECT_TRUE(ReadFileBytes(path) == old_bytes) << "the file the link named changed";
+  Value back = Dict{};
+  CKFMT_ASSERT_OK(ckfmt::Load(link, &back).status());
+  EXPECT_TRUE(ValuesBitwiseEqual(new_value, back));
+
+  const std::string to_dir = dir.File("to_dir.ckfmt");
+  std::filesystem::create_directory(dir.File("a_directory"));
+  std::filesystem::create_symlink(dir.File("a_directory"), to_dir);
+  CKFMT_ASSERT_OK(ckfmt::Save(to_dir, new_value, SmallSaveOptions()));
+  EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::symlink_status(to_dir)));
+  EXPECT_TRUE(std::filesystem::is_directory(dir.File("a_directory")));
+}
+
 // Writes `name` in the test directory with `bytes` bytes, last modified
 // `age_seconds` ago.
 void MakeFile(const ScopedTempDir& dir, const std::string& name, size_t bytes, int age_seconds) {

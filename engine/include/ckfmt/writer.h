@@ -118,6 +118,8 @@ class CheckpointWriter {
 // Saves `state_dict` (REQUIRES: a dict) to `path` atomically. Tensors may
 // be on the host or, in a CUDA build, on a GPU; sharded tensors are stored
 // as pieces of their global tensor. Returns the statistics of the write.
+// A symbolic link at `path` is replaced by the new file, not written
+// through: the checkpoint it named (say latest -> step_1000) is kept.
 Result<WriteStats> Save(const std::string& path, const Value& state_dict,
                         const SaveOptions& options = {});
 

@@ -2,6 +2,8 @@
 // the tree in the destination format, report what happened.
 #include "ckfmt/convert/convert.h"
 
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cstring>
 #include <sstream>
@@ -77,6 +79,16 @@ void Count(const Node& n, ConvertReport* r, bool root) {
   }
 }
 
+// The same path, or another name of the same file or directory (./x, a
+// link to it): its conversion would replace the source, and a link at the
+// destination would no longer name it.
+bool SameFile(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  struct stat sa, sb;
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
+}
+
 }  // namespace
 
 Result<Format> DetectFormat(const std::string& path) {
@@ -112,7 +124,7 @@ Result<ConvertReport> Run(const ConvertOptions& options) {
   if (options.src.empty() || options.dst.empty()) {
     return Status::InvalidArgument("convert needs a source and a destination");
   }
-  if (options.src == options.dst) {
+  if (SameFile(options.src, options.dst)) {
     return Status::InvalidArgument(options.dst + ": destination is the source");
   }
   Format from = options.from;
