@@ -155,6 +155,7 @@ def main():
     rows = ["ckfmt", "ckfmt-nocheck"] + [n for n in systems if n != "ckfmt"]
     times = {name: {"save": [], "load": []} for name in rows}
     raw_next_to_load = []  # GiB/s of whole 4 MiB blocks
+    raw_next_to_save = []  # GiB/s, each after its own warm-up, as the saves
     checksum_cost = []     # per run: load time with checksums / without, paired
 
     def raw_read(p):
@@ -165,6 +166,19 @@ def main():
             if line.startswith("RAW read_gibs="):
                 return float(line.split("=")[1])
         return None
+    def raw_write():
+        """A timed raw write of the state's size, prepared as every save is."""
+        if not (args.raw_tool and os.access(args.raw_tool, os.X_OK)):
+            return None
+        os.sync()
+        warm_up_write()
+        out = subprocess.run([args.raw_tool, "--raw-write", os.path.join(workdir, "paired.bin"),
+                              "--size-gib", str(args.size_gib)], capture_output=True, text=True)
+        for line in out.stdout.splitlines():
+            if line.startswith("RAW write_gibs="):
+                return float(line.split("=")[1])
+        return None
+
     def warm_up_write():
         """An untimed raw write of the state's size, before every save alike:
         on this virtual disk the first write after reads runs up to 25%
@@ -177,6 +191,10 @@ def main():
     for run in range(args.runs):
         for name, (save, load, fname) in systems.items():
             p = os.path.join(workdir, fname)
+            # A raw write next to ckfmt's save, before it in even runs and
+            # after it in odd ones: the disk's speed drifts within a run.
+            if name == "ckfmt" and run % 2 == 0:
+                raw_next_to_save.append(raw_write())
             if save:
                 # The last run's output goes first, untimed, for every system
                 # alike: this disk is mounted with online discard, and freeing
@@ -191,6 +209,8 @@ def main():
                 t0 = time.perf_counter()
                 save(p)
                 times[name]["save"].append(time.perf_counter() - t0)
+            if name == "ckfmt" and run % 2 == 1:
+                raw_next_to_save.append(raw_write())
             sync_and_drop(p)
             t0 = time.perf_counter()
             out = load(p)
@@ -257,12 +277,17 @@ def main():
               f"load {med[other]['load'] / med['ckfmt-byteplane']['load']:5.2f}x")
     print(f"  checksum cost on load: {statistics.median(checksum_cost):.3f}x (median over runs of"
           f" the time with checksums / without, paired: {' '.join(f'{c:.3f}' for c in checksum_cost)})")
+    paired = [gib / t / r for t, r in zip(times["ckfmt"]["save"], raw_next_to_save) if r]
+    if paired:
+        print(f"  ckfmt save / raw write next to it (median of runs): "
+              f"{statistics.median(paired):.3f}  [{' '.join(f'{x:.2f}' for x in sorted(paired))}]")
     paired = [gib / t / r for t, r in zip(times["ckfmt"]["load"], raw_next_to_load) if r]
     if paired:
         print(f"  ckfmt load / raw read of the same file next to it (median of runs): "
               f"{statistics.median(paired):.3f}  [{' '.join(f'{x:.2f}' for x in sorted(paired))}]")
     if raw:
-        print(f"  ckfmt save / raw write: {gib / med['ckfmt']['save'] / float(raw['write_gibs']):.3f}; "
+        print(f"  ckfmt save / raw write at the end: "
+              f"{gib / med['ckfmt']['save'] / float(raw['write_gibs']):.3f}; "
               f"load / raw read: {gib / med['ckfmt']['load'] / float(raw['read_gibs']):.3f}")
         print(f"  byteplane save (logical) / raw write: "
               f"{gib / med['ckfmt-byteplane']['save'] / float(raw['write_gibs']):.3f}; "
