@@ -204,12 +204,17 @@ TEST(FixtureDetails, TensorsSharingAStorageAreNoted) {
   }
 }
 
-// nn.Parameters (trainable or not) become plain tensors: one note names them.
-TEST(FixtureDetails, ParametersAreNoted) {
+// nn.Parameters (trainable or not) become plain tensors, and Python
+// attributes set on a tensor or a Parameter are dropped: one note each
+// names them.
+TEST(FixtureDetails, ParametersAndTensorAttributesAreNoted) {
   std::string dir = MakeTempDir("params");
   EXPECT_EQ(ConvertOrDie(Fixture("params.pt"), dir + "/p.ckfmt").notes,
-            std::vector<std::string>{"\"w\" and \"frozen\": torch.nn.Parameter stored as a plain "
-                                     "tensor (requires_grad is not kept)"});
+            (std::vector<std::string>{
+                "\"w\", \"frozen\" and \"tagged_param\": torch.nn.Parameter stored as a plain "
+                "tensor (requires_grad is not kept)",
+                "\"tagged\" and \"tagged_param\": the Python attributes set on the tensor are not "
+                "kept"}));
 }
 
 TEST(FixtureDetails, TinyBudgetSplitsTensorsIntoPieces) {

@@ -56,6 +56,7 @@ struct Object {
   bool disallowed = false;            // kGlobal outside the whitelist
   uint8_t graph_mark = 0;             // CheckGraph's visit state (0 before it runs)
   bool kept = false;                  // the unpickler holds it to the end (KeepMutated)
+  bool attributes_dropped = false;    // kTensor: its rebuild set Python attributes
   uint16_t graph_height = 0;          // CheckGraph: objects on the longest path down from here
   int64_t i = 0;
   double f = 0;

@@ -259,6 +259,7 @@ struct Ctx {
     users.push_back(key);
   }
   std::vector<std::string> parameters;  // keys of nn.Parameters, stored as tensors
+  std::vector<std::string> with_attributes;  // keys of tensors whose attributes are dropped
 
   // The notes that speak for many keys at once, made when the tree is done.
   void NoteForManyKeys() const {
@@ -270,6 +271,10 @@ struct Ctx {
     if (!parameters.empty()) {
       log->Note(NameSome(parameters) + ": torch.nn.Parameter stored as a plain tensor "
                 "(requires_grad is not kept)");
+    }
+    if (!with_attributes.empty()) {
+      log->Note(NameSome(with_attributes) + ": the Python attributes set on the tensor are "
+                "not kept");
     }
   }
 
@@ -481,6 +486,7 @@ Result<Node> Convert(const py::Ref& o, Ctx& c, const std::string& key, int depth
       CKFMT_ASSIGN_OR_RETURN(n.tensor, c.opts.make_tensor(*o->tensor, key));
       c.UsesStorage(*o->tensor->storage, key);
       if (o->s2 == "torch.nn.Parameter") c.parameters.push_back(key);
+      if (o->attributes_dropped) c.with_attributes.push_back(key);
       return n;
     }
     case py::Kind::kStorage: {

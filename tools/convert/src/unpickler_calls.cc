@@ -1,5 +1,6 @@
 // What a call of each whitelisted global builds (REDUCE, NEWOBJ): torch's
 // tensor rebuilds, containers, encodings, DCP dataclasses as inert records.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,19 @@ Result<std::vector<uint64_t>> AsIndexTuple(const Object& o, const std::string& w
     v.push_back(x);
   }
   return v;
+}
+
+// Whether a tensor rebuild's `state` (torch's _get_obj_state: the tensor's
+// __dict__, or a (__dict__, slots) tuple) sets any attribute.
+bool SetsAttributes(const Object& state) {
+  auto empty = [](const Object& o) {
+    return o.kind == Kind::kNone || (o.kind == Kind::kDict && o.dict.empty());
+  };
+  if (state.kind == Kind::kTuple) {
+    return std::any_of(state.items.begin(), state.items.end(),
+                       [&](const Ref& r) { return !empty(*r); });
+  }
+  return !empty(state);
 }
 
 }  // namespace
@@ -207,6 +221,7 @@ Result<Ref> Unpickler::Reduce(const Ref& callable, const Ref& args, bool newobj)
     CKFMT_RETURN_IF_ERROR(argc(3, 4));
     if (a[0]->kind != Kind::kTensor) return Err(name + " of a " + py::Describe(*a[0]));
     a[0]->s2 = "torch.nn.Parameter";  // for the converter's note
+    if (a.size() == 4 && SetsAttributes(*a[3])) a[0]->attributes_dropped = true;
     return a[0];
   }
   if (name == "torch._tensor._rebuild_from_type_v2") {
@@ -219,8 +234,9 @@ Result<Ref> Unpickler::Reduce(const Ref& callable, const Ref& args, bool newobj)
                                  " is not supported");
     }
     CKFMT_ASSIGN_OR_RETURN(Ref t, Reduce(a[0], a[2], false));
-    if (tn == "torch.nn.parameter.Parameter" && t->kind == Kind::kTensor) {
-      t->s2 = "torch.nn.Parameter";
+    if (t->kind == Kind::kTensor) {
+      if (tn == "torch.nn.parameter.Parameter") t->s2 = "torch.nn.Parameter";
+      if (SetsAttributes(*a[3])) t->attributes_dropped = true;
     }
     return t;
   }
