@@ -162,35 +162,35 @@ def main():
     raw_next_to_save = []  # GiB/s, each after its own warm-up, as the saves
     checksum_cost = []     # per run: load time with checksums / without, paired
 
-    def raw_read(p):
+    def raw_tool(*tool_args, check=False):
+        """Runs ckfmt-bench-e2e with `tool_args`; the GiB/s of its RAW line
+        by name (write_gibs, read_gibs), or {} without the tool."""
         if not (args.raw_tool and os.access(args.raw_tool, os.X_OK)):
-            return None
-        out = subprocess.run([args.raw_tool, "--raw-read", p], capture_output=True, text=True)
+            return {}
+        out = subprocess.run([args.raw_tool, *tool_args], capture_output=True, text=True,
+                             check=check)
         for line in out.stdout.splitlines():
-            if line.startswith("RAW read_gibs="):
-                return float(line.split("=")[1])
-        return None
+            if line.startswith("RAW "):  # RAW write_gibs=.. read_gibs=..
+                return {k: float(v) for k, v in (kv.split("=") for kv in line.split()[1:])}
+        return {}
+
+    def raw_read(p):
+        return raw_tool("--raw-read", p).get("read_gibs")
+
     def raw_write():
         """A timed raw write of the state's size, prepared as every save is."""
-        if not (args.raw_tool and os.access(args.raw_tool, os.X_OK)):
-            return None
         os.sync()
         warm_up_write()
-        out = subprocess.run([args.raw_tool, "--raw-write", os.path.join(workdir, "paired.bin"),
-                              "--size-gib", str(args.size_gib)], capture_output=True, text=True)
-        for line in out.stdout.splitlines():
-            if line.startswith("RAW write_gibs="):
-                return float(line.split("=")[1])
-        return None
+        return raw_tool("--raw-write", os.path.join(workdir, "paired.bin"),
+                        "--size-gib", str(args.size_gib)).get("write_gibs")
 
     def warm_up_write():
         """An untimed raw write of the state's size, before every save alike:
         on this virtual disk the first write after reads runs up to 25%
         slower, and every save here follows the previous system's load. It
         spares only writers fast enough to feel the disk."""
-        if args.raw_tool and os.access(args.raw_tool, os.X_OK):
-            subprocess.run([args.raw_tool, "--raw-write", os.path.join(workdir, "warm-up.bin"),
-                            "--size-gib", str(args.size_gib)], capture_output=True, check=True)
+        raw_tool("--raw-write", os.path.join(workdir, "warm-up.bin"),
+                 "--size-gib", str(args.size_gib), check=True)
 
     for run in range(args.runs):
         for name, (save, load, fname) in systems.items():
@@ -242,14 +242,7 @@ def main():
                 assert not bad, f"{name}: {len(bad)} tensors differ after load, e.g. {bad[0]}"
         print(f"run {run + 1}/{args.runs} done", flush=True)
 
-    raw = {}
-    if args.raw_tool and os.access(args.raw_tool, os.X_OK):
-        out = subprocess.run([args.raw_tool, "--raw-only", "--dir", workdir,
-                              "--size-gib", str(min(args.size_gib, 2.0))],
-                             capture_output=True, text=True)
-        for line in out.stdout.splitlines():
-            if line.startswith("RAW "):  # RAW write_gibs=.. read_gibs=..
-                raw = dict(kv.split("=") for kv in line.split()[1:])
+    raw = raw_tool("--raw-only", "--dir", workdir, "--size-gib", str(min(args.size_gib, 2.0)))
     shutil.rmtree(workdir)
 
     gib = size / 2**30
@@ -267,7 +260,7 @@ def main():
                 cells.append("-")
         print(f"{name:<16} {cells[0]:>28} {cells[1]:>28}")
     if raw:
-        print(f"{'raw disk':<16} {float(raw['write_gibs']):7.3f}{'':>21} {float(raw['read_gibs']):7.3f}")
+        print(f"{'raw disk':<16} {raw['write_gibs']:7.3f}{'':>21} {raw['read_gibs']:7.3f}")
     med = {n: {op: statistics.median(v) for op, v in d.items() if v} for n, d in times.items()}
     print("\nckfmt speed-up (median time of the other / median time of ckfmt):")
     for other in ("torch.save", "dcp", "dcp-threads", "safetensors"):
@@ -291,11 +284,11 @@ def main():
               f"{statistics.median(paired):.3f}  [{' '.join(f'{x:.2f}' for x in sorted(paired))}]")
     if raw:
         print(f"  ckfmt save / raw write at the end: "
-              f"{gib / med['ckfmt']['save'] / float(raw['write_gibs']):.3f}; "
-              f"load / raw read: {gib / med['ckfmt']['load'] / float(raw['read_gibs']):.3f}")
+              f"{gib / med['ckfmt']['save'] / raw['write_gibs']:.3f}; "
+              f"load / raw read: {gib / med['ckfmt']['load'] / raw['read_gibs']:.3f}")
         print(f"  byteplane save (logical) / raw write: "
-              f"{gib / med['ckfmt-byteplane']['save'] / float(raw['write_gibs']):.3f}; "
-              f"load / raw read: {gib / med['ckfmt-byteplane']['load'] / float(raw['read_gibs']):.3f}")
+              f"{gib / med['ckfmt-byteplane']['save'] / raw['write_gibs']:.3f}; "
+              f"load / raw read: {gib / med['ckfmt-byteplane']['load'] / raw['read_gibs']:.3f}")
 
 
 if __name__ == "__main__":

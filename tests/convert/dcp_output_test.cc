@@ -39,6 +39,22 @@ Tensor Iota(DType dtype, Shape shape) {
   return t;
 }
 
+// A ckfmt file of one small tensor in `dir`, to convert; its path.
+std::string SaveOneTensor(const std::string& dir) {
+  const std::string src = dir + "/s.ckfmt";
+  Dict state;
+  state.Set("w", Iota(DType::kF32, {4}));
+  EXPECT_TRUE(Save(src, Value(state)).ok());
+  return src;
+}
+
+// A stand-in for an older DCP checkpoint at `d`: only DCP's file names.
+void MakeOldDcp(const std::string& d) {
+  fs::create_directory(d);
+  WriteFile(d + "/.metadata", "an older checkpoint");
+  WriteFile(d + "/__0_0.distcp", "rank 0");
+}
+
 // Every entry name in dir.
 std::set<std::string> Names(const std::string& dir) {
   std::set<std::string> names;
@@ -284,10 +300,7 @@ TEST(DcpOutput, PartialBytesAreRefusedAndNothingIsLeft) {
 
 TEST(DcpOutput, AnExistingDestinationIsReplacedOnlyIfEmptyOrDcp) {
   std::string dir = MakeTempDir("dcp_dest");
-  const std::string src = dir + "/s.ckfmt";
-  Dict state;
-  state.Set("w", Iota(DType::kF32, {4}));
-  ASSERT_TRUE(Save(src, Value(state)).ok());
+  const std::string src = SaveOneTensor(dir);
 
   // A directory holding anything but DCP's files is kept, untouched.
   fs::create_directory(dir + "/mixed");
@@ -316,9 +329,7 @@ TEST(DcpOutput, AnExistingDestinationIsReplacedOnlyIfEmptyOrDcp) {
   EXPECT_EQ(Names(dir + "/empty"), (std::set<std::string>{".metadata", "__0_0.distcp"}));
 
   // A DCP checkpoint (another rank count's files too) is replaced whole.
-  fs::create_directory(dir + "/old");
-  WriteFile(dir + "/old/.metadata", "an older checkpoint");
-  WriteFile(dir + "/old/__0_0.distcp", "rank 0");
+  MakeOldDcp(dir + "/old");
   WriteFile(dir + "/old/__1_0.distcp", "rank 1");
   ConvertReport report;
   ASSERT_TRUE(ConvertToDcp(src, dir + "/old", &report).ok());
@@ -335,10 +346,7 @@ TEST(DcpOutput, AnExistingDestinationIsReplacedOnlyIfEmptyOrDcp) {
 // conversion's (locked) temporary, or a young one, stays.
 TEST(DcpOutput, StaleTemporaryDirectoriesOfKilledConversionsAreRemoved) {
   std::string dir = MakeTempDir("dcp_stale");
-  const std::string src = dir + "/s.ckfmt";
-  Dict state;
-  state.Set("w", Iota(DType::kF32, {4}));
-  ASSERT_TRUE(Save(src, Value(state)).ok());
+  const std::string src = SaveOneTensor(dir);
   const std::string stale = dir + "/out.tmp.0123456789abcdef";
   const std::string young = dir + "/out.tmp.fedcba9876543210";
   for (const std::string& d : {stale, young}) {
@@ -354,13 +362,8 @@ TEST(DcpOutput, StaleTemporaryDirectoriesOfKilledConversionsAreRemoved) {
 // is not deleted with it: the old directory is kept beside, and said so.
 TEST(DcpOutput, AnOldCheckpointThatGainedOtherFilesIsKept) {
   std::string dir = MakeTempDir("dcp_replace_race");
-  const std::string src = dir + "/s.ckfmt";
-  Dict state;
-  state.Set("w", Iota(DType::kF32, {4}));
-  ASSERT_TRUE(Save(src, Value(state)).ok());
-  fs::create_directory(dir + "/old");
-  WriteFile(dir + "/old/.metadata", "an older checkpoint");
-  WriteFile(dir + "/old/__0_0.distcp", "rank 0");
+  const std::string src = SaveOneTensor(dir);
+  MakeOldDcp(dir + "/old");
   ConvertOptions o;
   o.src = src;
   o.dst = dir + "/old";
@@ -396,9 +399,7 @@ TEST(DcpOutput, AFailedReplacementKeepsTheOldCheckpoint) {
   std::string dir = MakeTempDir("dcp_replace_fail");
   const std::string src = dir + "/partial.ckfmt";
   WriteCkfmtWithPartialBytes(src);
-  fs::create_directory(dir + "/old");
-  WriteFile(dir + "/old/.metadata", "an older checkpoint");
-  WriteFile(dir + "/old/__0_0.distcp", "rank 0");
+  MakeOldDcp(dir + "/old");
   EXPECT_EQ(ConvertToDcp(src, dir + "/old").code(), StatusCode::kUnsupported);
   EXPECT_EQ(ReadFile(dir + "/old/.metadata"), "an older checkpoint");
   EXPECT_EQ(ReadFile(dir + "/old/__0_0.distcp"), "rank 0");

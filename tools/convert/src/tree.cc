@@ -252,14 +252,14 @@ struct Ctx {
   // share one (tied weights, views) are stored each on its own.
   std::map<std::string, std::vector<std::string>> storage_users;
   std::vector<std::string> storages_in_order;
+  std::vector<std::string> parameters;       // keys of nn.Parameters, stored as tensors
+  std::vector<std::string> with_attributes;  // keys of tensors whose attributes are dropped
 
   void UsesStorage(const py::Object& storage, const std::string& key) {
     auto& users = storage_users[storage.storage->key];
     if (users.empty()) storages_in_order.push_back(storage.storage->key);
     users.push_back(key);
   }
-  std::vector<std::string> parameters;  // keys of nn.Parameters, stored as tensors
-  std::vector<std::string> with_attributes;  // keys of tensors whose attributes are dropped
 
   // The notes that speak for many keys at once, made when the tree is done.
   void NoteForManyKeys() const {
