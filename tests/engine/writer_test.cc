@@ -121,6 +121,40 @@ TEST_F(WriterTest, PieceRankOutsideWorld) {
       "rank 5 with world size 1");
 }
 
+// A saved layout is informational, but a reader refuses one that names a
+// rank outside the world or a box outside the tensor (FORMAT.md), so the
+// writer refuses it at the call, naming the key.
+TEST_F(WriterTest, SavedLayoutOutsideTheWorldOrTheTensor) {
+  auto add = [](CheckpointWriter& w, ShardRecord shard) {
+    uint8_t data[8] = {};
+    CHAIN(w.AddTensorPiece({"t"}, DType::kU8, {8}, Region::Whole({8}), 0, data));
+    return w.AddSavedLayout({"t"}, shard);
+  };
+  for (ShardRecord bad : {ShardRecord{1, Region::Flat(0, 8)}, ShardRecord{0, Region::Flat(4, 12)}}) {
+    Status st;
+    ExpectRefused(
+        [&](CheckpointWriter& w) {
+          st = add(w, bad);
+          return st;
+        },
+        "saved layout");
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find("t: saved layout"), std::string::npos) << st.ToString();
+  }
+}
+
+TEST_F(WriterTest, PieceWithoutData) {
+  Status st;
+  ExpectRefused(
+      [&](CheckpointWriter& w) {
+        st = w.AddTensorPiece({"t"}, DType::kF32, {4}, Region::Whole({4}), 0, nullptr);
+        return st;
+      },
+      "a piece with elements but no data");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("has no data"), std::string::npos) << st.ToString();
+}
+
 TEST_F(WriterTest, EmptyPath) {
   ExpectRefused([](CheckpointWriter& w) { return w.AddScalar({}, Value(int64_t{1})); },
                 "empty path");
