@@ -60,7 +60,7 @@ TEST_P(FixtureTest, ConvertsToCkfmtMatchingTheManifest) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureTest,
                          ::testing::Values("mlp_adamw.pt", "dtypes.pt", "views.pt", "params.pt", "legacy.pt",
                                            "model.safetensors", "sharded_st", "dcp_fsdp2", "dcp_tp",
-                                           "dcp_torch22"),
+                                           "dcp_torch22", "dcp_safetensors"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& c : s) {

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "fixtures"))
 import make_fixtures  # noqa: E402  (walk / tensor_info: the manifest's own rules)
 
 FIXTURES = ["mlp_adamw.pt", "dtypes.pt", "views.pt", "params.pt", "legacy.pt", "model.safetensors",
-            "sharded_st", "dcp_fsdp2", "dcp_tp"]
+            "sharded_st", "dcp_fsdp2", "dcp_tp", "dcp_safetensors"]
 
 
 def load_pt(path):

@@ -435,6 +435,65 @@ TEST(Refusal, DcpChunksThatOverlap) {
   EXPECT_FALSE(PathExists(dir + "/out.ckfmt"));
 }
 
+// A copy of the dcp_safetensors fixture (FileSystemWriter with
+// serialization_format=SAFETENSORS) with `from` replaced by `to`, of the
+// same length, in rank 1's data file.
+std::string EditedDcpSafetensors(const std::string& name, const std::string& from,
+                                 const std::string& to) {
+  EXPECT_EQ(from.size(), to.size());
+  std::string dir = MakeTempDir(name) + "/dcp";
+  std::filesystem::copy(Fixture("dcp_safetensors"), dir);
+  std::string data = ReadFile(dir + "/__1_0.distcp");
+  size_t at = data.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) data.replace(at, from.size(), to);
+  WriteFile(dir + "/__1_0.distcp", data);
+  return dir;
+}
+
+// Such a blob keys tensors by fqn, so a data file holds one chunk of each;
+// DCP_SHARDING_INFO says which. A blob whose chunk is not the one the
+// metadata points at (DCP keeps only the last when a rank has two) is
+// refused, not read as the other.
+TEST(Refusal, DcpSafetensorsChunkThatIsNotTheOneTheMetadataNames) {
+  std::string dir = EditedDcpSafetensors("dcp_st_offsets",
+                                         R"(\"model.0.weight\": {\"saved_offsets\": [4, 0]})",
+                                         R"(\"model.0.weight\": {\"saved_offsets\": [5, 0]})");
+  Status s = ConvertStatus(dir, dir + ".ckfmt");
+  EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+  EXPECT_NE(s.message().find("__1_0.distcp @"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("\"model.0.weight\" chunk 1"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("holds the chunk at offsets [5,0], the metadata expects the chunk "
+                             "at offsets [4,0]"),
+            std::string::npos)
+      << s.ToString();
+  EXPECT_FALSE(PathExists(dir + ".ckfmt"));
+}
+
+TEST(Refusal, DcpSafetensorsWithoutShardingInfo) {
+  std::string dir = EditedDcpSafetensors("dcp_st_no_info", "DCP_SHARDING_INFO",
+                                         "DCP_SHARDING_INFX");
+  Status s = ConvertStatus(dir, dir + ".ckfmt");
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.ToString();
+  EXPECT_NE(s.message().find("__1_0.distcp @"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("without DCP_SHARDING_INFO"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(PathExists(dir + ".ckfmt"));
+}
+
+// Neither of DCP's serializations at an item's offset: refused, where the
+// converter once read the bytes there as the tensor's own.
+TEST(Refusal, DcpItemInNeitherSerialization) {
+  std::string dir = EditedDcpSafetensors("dcp_st_neither", R"({"__metadata__")",
+                                         R"(["__metadata__")");
+  Status s = ConvertStatus(dir, dir + ".ckfmt");
+  EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+  EXPECT_NE(s.message().find("__1_0.distcp @"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("neither a torch.save archive nor in a safetensors blob"),
+            std::string::npos)
+      << s.ToString();
+  EXPECT_FALSE(PathExists(dir + ".ckfmt"));
+}
+
 // A ckfmt file nested 101 levels deep through lists: the converter's limit
 // is 100, and its refusal spells list indices in the key.
 TEST(Refusal, CkfmtNestedBeyondTheConverterLimit) {

@@ -87,7 +87,7 @@ TEST_P(RoundTripTest, ThroughDcp) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, RoundTripTest,
                          ::testing::Values("mlp_adamw.pt", "dtypes.pt", "views.pt", "params.pt", "legacy.pt",
-                                           "model.safetensors", "dcp_fsdp2", "dcp_tp"),
+                                           "model.safetensors", "dcp_fsdp2", "dcp_tp", "dcp_safetensors"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& c : s) {

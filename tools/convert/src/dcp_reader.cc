@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <unordered_map>
 
@@ -10,6 +11,7 @@
 #include "file_io.h"
 #include "torch_save_reader.h"
 #include "pickle_globals.h"
+#include "safetensors_reader.h"
 #include "unpickler.h"
 #include "zip_reader.h"
 
@@ -34,10 +36,60 @@ struct Chunk {
   ItemInfo item;
 };
 
+// The safetensors blob that FileSystemWriter(serialization_format=
+// SAFETENSORS) appends to a data file. It keys tensors by fqn, so it holds
+// at most one chunk of each; DCP_SHARDING_INFO in its __metadata__ says
+// which ({"fqn": {"saved_offsets": [...]}, ...}).
+struct DcpSafetensors {
+  std::shared_ptr<const SafetensorsBlob> blob;
+  std::unordered_map<std::string, std::vector<uint64_t>> saved_offsets;
+};
+
+Result<DcpSafetensors> OpenDcpSafetensors(std::shared_ptr<InputFile> file, uint64_t offset) {
+  const std::string where = file->path() + " @" + std::to_string(offset);
+  DcpSafetensors st;
+  CKFMT_ASSIGN_OR_RETURN(st.blob, SafetensorsBlob::Open(std::move(file), offset));
+  const std::string* info = nullptr;
+  for (const auto& [k, v] : st.blob->metadata()) {
+    if (k == "DCP_SHARDING_INFO") info = &v;
+  }
+  if (!info) {
+    return Status::Unsupported(where + ": safetensors blob without DCP_SHARDING_INFO in its "
+                               "__metadata__: which chunk each tensor is cannot be told");
+  }
+  const std::string bad = where + ": DCP_SHARDING_INFO is not {\"<fqn>\": {\"saved_offsets\": "
+                          "[<int>, ...]}, ...}";
+  nlohmann::json j = nlohmann::json::parse(*info, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return Status::Corruption(bad);
+  for (const auto& [fqn, v] : j.items()) {
+    if (!v.is_object() || !v.contains("saved_offsets") || !v["saved_offsets"].is_array()) {
+      return Status::Corruption(bad);
+    }
+    std::vector<uint64_t> offs;
+    for (const auto& o : v["saved_offsets"]) {
+      if (!o.is_number_unsigned()) return Status::Corruption(bad);
+      offs.push_back(o.get<uint64_t>());
+    }
+    st.saved_offsets.emplace(fqn, std::move(offs));
+  }
+  return st;
+}
+
 // Shared state: the directory's data files, opened once.
 struct DcpFiles {
   std::string dir;
   std::map<std::string, std::shared_ptr<InputFile>> files;
+  std::map<std::pair<std::string, uint64_t>, DcpSafetensors> blobs;  // (file, offset)
+  Result<const DcpSafetensors*> Blob(const std::string& rel, std::shared_ptr<InputFile> file,
+                                     uint64_t offset) {
+    auto key = std::make_pair(rel, offset);
+    auto it = blobs.find(key);
+    if (it == blobs.end()) {
+      CKFMT_ASSIGN_OR_RETURN(DcpSafetensors st, OpenDcpSafetensors(std::move(file), offset));
+      it = blobs.emplace(key, std::move(st)).first;
+    }
+    return &it->second;
+  }
   Result<std::shared_ptr<InputFile>> Get(const std::string& rel) {
     auto it = files.find(rel);
     if (it != files.end()) return it->second;
@@ -97,20 +149,24 @@ class DcpTensorSource : public TensorSource {
       std::string label = files->dir + "/" + c.item.relative_path + " @" +
                           std::to_string(c.item.offset) + " (" + QuoteKey(fqn) + " chunk " +
                           std::to_string(ci) + ")";
-      CKFMT_ASSIGN_OR_RETURN(auto file, files->Get(c.item.relative_path));
-      if (c.item.length <= kSmallItem) {
-        CKFMT_ASSIGN_OR_RETURN(file, InputFile::WithRegionInMemory(file, c.item.offset,
-                                                                   c.item.length, label));
-      }
       uint32_t rank = RankOf(c.item.relative_path);
-      std::shared_ptr<TensorSource> src;
-      uint8_t magic[4] = {};
-      if (c.item.length >= 4) {
-        CKFMT_RETURN_IF_ERROR(file->ReadAt(c.item.offset, magic, 4, label));
+      CKFMT_ASSIGN_OR_RETURN(auto file, files->Get(c.item.relative_path));
+      // DCP serializes a tensor item as a torch.save archive (its default)
+      // or, with serialization_format=SAFETENSORS, as an entry of the
+      // safetensors blob at the item's offset.
+      std::shared_ptr<InputFile> item_file = file;
+      if (c.item.length <= kSmallItem) {
+        CKFMT_ASSIGN_OR_RETURN(item_file, InputFile::WithRegionInMemory(file, c.item.offset,
+                                                                        c.item.length, label));
       }
-      if (LooksLikeZip(magic, 4)) {
+      uint8_t head[9] = {};
+      const uint64_t room = file->size() - std::min(file->size(), c.item.offset);
+      const size_t head_n = static_cast<size_t>(std::min<uint64_t>(sizeof head, room));
+      CKFMT_RETURN_IF_ERROR(item_file->ReadAt(c.item.offset, head, head_n, label));
+      std::shared_ptr<TensorSource> src;
+      if (c.item.length >= 4 && LooksLikeZip(head, head_n)) {
         CKFMT_ASSIGN_OR_RETURN(std::shared_ptr<ZipArchive> zip,
-                               ZipArchive::Open(file, c.item.offset, c.item.length, label));
+                               ZipArchive::Open(item_file, c.item.offset, c.item.length, label));
         ConvertLog inner_log;
         CKFMT_ASSIGN_OR_RETURN(Node n, ReadTorchZip(zip, topts, &inner_log));
         if (n.kind != Node::Kind::kTensor) {
@@ -119,24 +175,32 @@ class DcpTensorSource : public TensorSource {
                                     ", expected the chunk's tensor");
         }
         src = n.tensor;
-      } else {
-        // Raw bytes (DCP's non-torch.save serialization).
-        uint64_t bytes = cn * DTypeSize(dtype);
-        if (c.item.length != bytes) {
-          return Status::Corruption(label + ": item of " + std::to_string(c.item.length) +
-                                    " bytes is neither a torch.save archive nor the chunk's " +
-                                    std::to_string(bytes) + " raw bytes");
+      } else if (LooksLikeSafetensors(head, head_n, room)) {
+        CKFMT_ASSIGN_OR_RETURN(const DcpSafetensors* st,
+                               files->Blob(c.item.relative_path, file, c.item.offset));
+        auto saved = st->saved_offsets.find(fqn);
+        if (saved == st->saved_offsets.end() || saved->second != c.offsets) {
+          // Two chunks of one key in one file: DCP kept only the last.
+          return Status::Corruption(
+              label + ": the file's safetensors blob holds " +
+              (saved == st->saved_offsets.end()
+                   ? std::string("no chunk of this key")
+                   : "the chunk at offsets " + nlohmann::json(saved->second).dump()) +
+              ", the metadata expects the chunk at offsets " + nlohmann::json(c.offsets).dump());
         }
-        std::vector<uint64_t> stride(c.sizes.size(), 1);
-        for (size_t d = c.sizes.size(); d-- > 1;) stride[d - 1] = stride[d] * c.sizes[d];
-        uint64_t base = c.item.offset;
-        CKFMT_ASSIGN_OR_RETURN(
-            src, StridedTensorSource::Create(
-                     dtype, c.sizes, stride, 0, bytes,
-                     [file, base, label](uint64_t off, void* dst, uint64_t n) {
-                       return file->ReadAt(base + off, dst, n, label);
-                     },
-                     label));
+        CKFMT_ASSIGN_OR_RETURN(src, st->blob->Find(fqn));
+        if (!src) {
+          return Status::Corruption(label + ": the file's safetensors blob has no tensor " +
+                                    QuoteKey(fqn));
+        }
+        if (c.item.length != src->nbytes()) {
+          return Status::Corruption(label + ": item of " + std::to_string(c.item.length) +
+                                    " bytes, but its safetensors tensor holds " +
+                                    std::to_string(src->nbytes()));
+        }
+      } else {
+        return Status::Corruption(label + ": item is neither a torch.save archive nor in a "
+                                  "safetensors blob, DCP's two serializations");
       }
       if (src->dtype != dtype || src->shape != c.sizes) {
         return Status::Corruption(label + ": chunk tensor is " + std::string(DTypeName(src->dtype)) +

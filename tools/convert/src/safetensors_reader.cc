@@ -230,27 +230,38 @@ struct OpenedFile {
   std::vector<StTensor> tensors;
 };
 
-Result<OpenedFile> OpenSt(const std::string& path, Metadata* metadata) {
+// The safetensors blob that starts at `offset` of `file` (0 for a
+// safetensors file) and whose data section runs to the file's end.
+Result<OpenedFile> OpenSt(std::shared_ptr<InputFile> file, uint64_t offset, Metadata* metadata) {
   OpenedFile f;
-  CKFMT_ASSIGN_OR_RETURN(f.file, InputFile::Open(path));
+  f.file = std::move(file);
+  const std::string where =
+      offset == 0 ? f.file->path() : f.file->path() + " @" + std::to_string(offset);
+  const uint64_t size = f.file->size() - std::min(offset, f.file->size());
+  if (size < 8) return Status::Corruption(where + ": no room for the 8-byte header length");
   uint8_t lenb[8];
-  CKFMT_RETURN_IF_ERROR(f.file->ReadAt(0, lenb, 8, "header length"));
+  CKFMT_RETURN_IF_ERROR(f.file->ReadAt(offset, lenb, 8, "header length"));
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | lenb[i];
   if (hlen > kMaxHeader) {
-    return Status::Corruption(path + ": header length " + std::to_string(hlen) +
+    return Status::Corruption(where + ": header length " + std::to_string(hlen) +
                               " exceeds the 100 MiB limit");
   }
-  if (hlen > f.file->size() - 8) {
-    return Status::Corruption(path + ": header length " + std::to_string(hlen) +
+  if (hlen > size - 8) {
+    return Status::Corruption(where + ": header length " + std::to_string(hlen) +
                               " runs past the end of the file (truncated?)");
   }
   std::string header(hlen, '\0');
-  CKFMT_RETURN_IF_ERROR(f.file->ReadAt(8, header.data(), hlen, "header"));
-  f.data_start = 8 + hlen;
+  CKFMT_RETURN_IF_ERROR(f.file->ReadAt(offset + 8, header.data(), hlen, "header"));
+  f.data_start = offset + 8 + hlen;
   CKFMT_ASSIGN_OR_RETURN(f.tensors,
-                         ParseHeader(path, header, f.file->size() - f.data_start, metadata));
+                         ParseHeader(where, header, f.file->size() - f.data_start, metadata));
   return f;
+}
+
+Result<OpenedFile> OpenSt(const std::string& path, Metadata* metadata) {
+  CKFMT_ASSIGN_OR_RETURN(auto file, InputFile::Open(path));
+  return OpenSt(std::move(file), 0, metadata);
 }
 
 Result<std::shared_ptr<TensorSource>> MakeSource(const OpenedFile& f, const StTensor& t) {
@@ -330,6 +341,33 @@ std::string SafetensorsDTypeName(DType t) {
     if (d.dtype == t) return d.name;
   }
   return "";
+}
+
+struct SafetensorsBlob::Parsed {
+  OpenedFile f;
+  std::unordered_map<std::string, size_t> by_key;  // index into f.tensors
+};
+
+SafetensorsBlob::SafetensorsBlob(std::unique_ptr<Parsed> p, Metadata m)
+    : parsed_(std::move(p)), metadata_(std::move(m)) {}
+SafetensorsBlob::~SafetensorsBlob() = default;
+
+Result<std::shared_ptr<const SafetensorsBlob>> SafetensorsBlob::Open(
+    std::shared_ptr<InputFile> file, uint64_t offset) {
+  auto parsed = std::make_unique<Parsed>();
+  Metadata metadata;
+  CKFMT_ASSIGN_OR_RETURN(parsed->f, OpenSt(std::move(file), offset, &metadata));
+  for (size_t i = 0; i < parsed->f.tensors.size(); ++i) {
+    parsed->by_key.emplace(parsed->f.tensors[i].key, i);  // keys are unique (ParseStrict)
+  }
+  return std::shared_ptr<const SafetensorsBlob>(
+      new SafetensorsBlob(std::move(parsed), std::move(metadata)));
+}
+
+Result<std::shared_ptr<TensorSource>> SafetensorsBlob::Find(const std::string& key) const {
+  auto it = parsed_->by_key.find(key);
+  if (it == parsed_->by_key.end()) return std::shared_ptr<TensorSource>();
+  return MakeSource(parsed_->f, parsed_->f.tensors[it->second]);
 }
 
 bool LooksLikeSafetensors(const uint8_t* p, size_t n, uint64_t file_size) {

@@ -3,6 +3,7 @@
 // byte ranges, ranges out of bounds or overlapping are refused.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +12,8 @@
 #include "tree.h"
 
 namespace ckfmt::convert {
+
+class InputFile;
 
 struct SafetensorsReadOptions {
   bool split_dotted = true;  // "a.b.c" -> nested dicts a/b/c
@@ -25,6 +28,26 @@ Result<Node> ReadSafetensors(const std::string& path, const SafetensorsReadOptio
 Result<Node> ReadSafetensorsSharded(const std::string& path,
                                     const SafetensorsReadOptions& options, ConvertLog* log,
                                     Metadata* metadata);
+
+// A safetensors blob inside a larger file, from `offset` to the file's end:
+// DCP's FileSystemWriter(serialization_format=SAFETENSORS) appends one to
+// each data file, holding that file's tensor items by fqn. Its header is
+// checked as a safetensors file's is.
+class SafetensorsBlob {
+ public:
+  static Result<std::shared_ptr<const SafetensorsBlob>> Open(std::shared_ptr<InputFile> file,
+                                                            uint64_t offset);
+  ~SafetensorsBlob();
+  // The tensor stored under `key`, or null if there is none.
+  Result<std::shared_ptr<TensorSource>> Find(const std::string& key) const;
+  const Metadata& metadata() const { return metadata_; }  // __metadata__, in file order
+
+ private:
+  struct Parsed;
+  SafetensorsBlob(std::unique_ptr<Parsed> p, Metadata m);
+  std::unique_ptr<Parsed> parsed_;
+  Metadata metadata_;
+};
 
 // The safetensors dtype name for a ckfmt dtype ("F32", "F8_E4M3", ...).
 std::string SafetensorsDTypeName(DType t);
