@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckfmt/writer.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -223,6 +225,43 @@ TEST_F(CliTest, InspectJsonIsTheGoldenOutput) {
   CliRun k = Ckfmt("inspect --json --prefix 'keys/\\[0]' scalars.ckfmt", kVectors);
   ASSERT_EQ(k.rc, 0);
   EXPECT_EQ(nlohmann::json::parse(k.out)["totals"]["entries"], 1) << k.out;
+}
+
+// Keys, names and messages come from the file; printed raw, one holding
+// ESC could drive the terminal (clear it, retitle it, fake lines). Every
+// control character is printed as \xNN.
+TEST_F(CliTest, TextFromTheFileCannotDriveTheTerminal) {
+  const std::string key = "w\x1b[2J\n";
+  ckfmt::SaveOptions o;
+  o.fsync = false;
+  o.save_mode = "m\x1b]0;title\x07";
+  o.metadata = {{"note\x1b[31m", "v\r"}};
+  ckfmt::Dict d;
+  d.Set(key, ckfmt::Value(ckfmt::Tensor::Zeros(ckfmt::DType::kF32, {1024})));
+  const fs::path file = dir_ / "hostile.ckfmt";
+  ASSERT_TRUE(ckfmt::Save(file.string(), ckfmt::Value(std::move(d)), o).ok());
+
+  CliRun r = Ckfmt("inspect " + Quote(file.string()));
+  ASSERT_EQ(r.rc, 0);
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\x07'), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\r'), std::string::npos) << r.out;
+  // (FormatKeyPath writes '[' in a key as "\[".)
+  EXPECT_NE(r.out.find("w\\x1b\\[2J\\x0a "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("save mode:      m\\x1b]0;title\\x07\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("note\\x1b[31m = v\\x0d\n"), std::string::npos) << r.out;
+
+  // The tensor's only chunk starts at 4096: a changed byte there makes
+  // verify name the key.
+  fs::path bad = dir_ / "bad.ckfmt";
+  std::string bytes = ReadAll(file);
+  bytes[4096] = static_cast<char>(bytes[4096] ^ 1);
+  std::ofstream(bad, std::ios::binary) << bytes;
+  CliRun v = Ckfmt("verify " + Quote(bad.string()));
+  EXPECT_EQ(v.rc, 1);
+  EXPECT_EQ(v.out.find('\x1b'), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("(w\\x1b\\[2J\\x0a): Corruption: checksum mismatch"), std::string::npos)
+      << v.out;
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "convert_cmd.h"
 
+#include "ckfmt/utf8.h"
+
 #include "exit_codes.h"
 #include "progress.h"
 
@@ -22,7 +24,7 @@ int RunConvert(ConvertCmdOptions& o, std::ostream& out, std::ostream& err) {
   auto report = convert::Run(o.convert);
   bar.Finish();
   if (!report.ok()) {
-    err << "ckfmt convert: " << report.status().ToString() << "\n";
+    err << "ckfmt convert: " << EscapeControlCharacters(report.status().ToString()) << "\n";
     StatusCode c = report.status().code();
     if (c == StatusCode::kUnsupported) return kExitUnsupported;
     return c == StatusCode::kIOError || c == StatusCode::kNotFound ||

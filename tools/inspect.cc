@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "ckfmt/reader.h"
+#include "ckfmt/utf8.h"
 #include "exit_codes.h"
 
 namespace ckfmt::tools {
@@ -24,22 +25,6 @@ Result<Opened> Open(const std::string& path, const std::string& label) {
   o.info.file = label;
   o.info.file_size = o.reader->file_size();
   return o;
-}
-
-// Control characters escaped, so that one entry stays one line.
-std::string Printable(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", u);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out;
 }
 
 // Terminal columns, approximated as UTF-8 code points.
@@ -124,10 +109,10 @@ std::string ErrorLine(const std::string& file, const Status& status) {
   for (size_t at = m.find(file); at != std::string::npos; at = m.find(file, at + 1)) {
     size_t end = at + file.size();
     if ((at == 0 || boundary(m[at - 1])) && (end == m.size() || boundary(m[end]))) {
-      return status.ToString();
+      return EscapeControlCharacters(status.ToString());
     }
   }
-  return file + ": " + status.ToString();
+  return EscapeControlCharacters(file + ": " + status.ToString());
 }
 
 Result<std::string> InspectJson(const std::string& path, const std::string& label,
@@ -141,12 +126,15 @@ std::string InspectText(const IndexRecord& index, const FileInfo& info,
   std::ostringstream out;
   out << "file:           " << info.file << " (" << info.file_size << " bytes)\n";
   out << "format version: " << info.version.major << "." << info.version.minor << "\n";
-  out << "writer:         " << index.writer_name << " " << index.writer_version << "\n";
+  out << "writer:         " << EscapeControlCharacters(index.writer_name) << " "
+      << EscapeControlCharacters(index.writer_version) << "\n";
   out << "world size:     " << index.world_size << "\n";
-  out << "save mode:      " << index.save_mode << "\n";
+  out << "save mode:      " << EscapeControlCharacters(index.save_mode) << "\n";
   out << "metadata:" << (index.metadata.empty() ? "       (none)" : "") << "\n";
-  for (const auto& [k, v] : index.metadata) out << "  " << Printable(k) << " = " << Printable(v) << "\n";
-  if (prefix) out << "prefix:         " << Printable(FormatKeyPath(*prefix)) << "\n";
+  for (const auto& [k, v] : index.metadata) {
+    out << "  " << EscapeControlCharacters(k) << " = " << EscapeControlCharacters(v) << "\n";
+  }
+  if (prefix) out << "prefix:         " << EscapeControlCharacters(FormatKeyPath(*prefix)) << "\n";
 
   // Columns: KEY KIND DTYPE SHAPE RAW STORED RATIO LAYOUT (scalars: KEY KIND = VALUE).
   struct Row {
@@ -157,7 +145,8 @@ std::string InspectText(const IndexRecord& index, const FileInfo& info,
   uint64_t n_tensors = 0, n_bytes = 0, raw = 0, stored = 0, chunks = 0;
   for (const auto& e : index.entries) {
     if (prefix && !HasPrefix(e.path, *prefix)) continue;
-    Row r{Printable(FormatKeyPath(e.path)), std::string(EntryKindName(e.kind)), "", "", "", "", "", "",
+    Row r{EscapeControlCharacters(FormatKeyPath(e.path)),
+          std::string(EntryKindName(e.kind)), "", "", "", "", "", "",
           e.HasData()};
     if (e.HasData()) {
       uint64_t er = EntryRawBytes(e), es = e.StoredSize();
@@ -165,7 +154,7 @@ std::string InspectText(const IndexRecord& index, const FileInfo& info,
       raw += er;
       stored += es;
       chunks += EntryChunks(e);
-      r.dtype = e.kind == EntryKind::kBytes ? "(" + Printable(e.content_type) + ")"
+      r.dtype = e.kind == EntryKind::kBytes ? "(" + EscapeControlCharacters(e.content_type) + ")"
                                             : std::string(DTypeName(e.dtype));
       r.shape = ShapeString(e.shape);
       r.raw = HumanBytes(er);

@@ -29,7 +29,8 @@ std::string InspectText(const IndexRecord& index, const FileInfo& info,
 // Runs the command; returns the exit code (exit_codes.h).
 int RunInspect(const InspectOptions& options, std::ostream& out, std::ostream& err);
 
-// "FILE: message" unless the status message already names the file.
+// "FILE: message" unless the status message already names the file; its
+// control characters escaped (a message may quote a key from the file).
 std::string ErrorLine(const std::string& file, const Status& status);
 
 }  // namespace ckfmt::tools

@@ -4,6 +4,7 @@
 
 #include <ostream>
 
+#include "ckfmt/utf8.h"
 #include "exit_codes.h"
 #include "inspect.h"
 #include "progress.h"
@@ -82,7 +83,8 @@ int RunVerify(const VerifyCmdOptions& options, std::ostream& out, std::ostream& 
       // Some messages start with the file name already; do not repeat it.
       std::string_view msg = p.message;
       if (msg.starts_with(file + ": ")) msg.remove_prefix(file.size() + 2);
-      out << file << ": " << p.where << ": " << StatusCodeName(p.code) << ": " << msg << "\n";
+      out << file << ": " << EscapeControlCharacters(p.where) << ": " << StatusCodeName(p.code)
+          << ": " << EscapeControlCharacters(msg) << "\n";
     }
   }
   if (options.json && !options.quiet) {

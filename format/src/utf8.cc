@@ -1,6 +1,7 @@
 #include "ckfmt/utf8.h"
 
 #include <cstdint>
+#include <cstdio>
 
 namespace ckfmt {
 
@@ -33,6 +34,29 @@ bool IsValidUtf8(std::string_view s) {
     i += len;
   }
   return true;
+}
+
+std::string EscapeControlCharacters(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  auto hex = [&out](uint8_t b) {
+    char buf[5];
+    std::snprintf(buf, sizeof buf, "\\x%02x", b);
+    out += buf;
+  };
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<uint8_t>(s[i]);
+    if (c < 0x20 || c == 0x7f) {
+      hex(c);
+    } else if (c == 0xc2 && i + 1 < s.size() && static_cast<uint8_t>(s[i + 1]) >= 0x80 &&
+               static_cast<uint8_t>(s[i + 1]) <= 0x9f) {
+      hex(c);
+      hex(static_cast<uint8_t>(s[++i]));
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
 }
 
 }  // namespace ckfmt

@@ -163,4 +163,18 @@ TEST(Utf8Test, RefusesIllFormedText) {
   }
 }
 
+TEST(Utf8Test, EscapesControlCharactersOnly) {
+  using namespace std::string_literals;
+  EXPECT_EQ(EscapeControlCharacters("plain /\\ \xc3\xa9 \xe2\x82\xac ~"),
+            "plain /\\ \xc3\xa9 \xe2\x82\xac ~");
+  // C0 (a terminal's escape sequences, line breaks, NUL), DEL, and C1
+  // (U+009B is a one-character CSI for some terminals).
+  EXPECT_EQ(EscapeControlCharacters("a\x1b[2Jb\n\r\t\x7f"s + '\0'),
+            "a\\x1b[2Jb\\x0a\\x0d\\x09\\x7f\\x00");
+  EXPECT_EQ(EscapeControlCharacters("x\xc2\x9b" "1m\xc2\x80\xc2\x9f"),
+            "x\\xc2\\x9b1m\\xc2\\x80\\xc2\\x9f");
+  // U+00A0 and up, and a lone 0xc2 at the end, are not controls.
+  EXPECT_EQ(EscapeControlCharacters("\xc2\xa0\xc2"), "\xc2\xa0\xc2");
+}
+
 }  // namespace

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "ckfmt/file_layout.h"
+#include "ckfmt/utf8.h"
 #include "dcp_reader.h"
 #include "file_io.h"
 #include "safetensors_reader.h"
@@ -244,11 +245,14 @@ std::string FormatReport(const ConvertReport& r) {
   o << buf;
   if (!r.dropped.empty()) {
     o << "  dropped " << r.dropped.size() << " entries:\n";
-    for (const auto& d : r.dropped) o << "    " << d.key << ": " << d.reason << "\n";
+    for (const auto& d : r.dropped) {
+      o << "    " << EscapeControlCharacters(d.key) << ": " << EscapeControlCharacters(d.reason)
+        << "\n";
+    }
   }
   if (!r.notes.empty()) {
     o << "  notes:\n";
-    for (const auto& n : r.notes) o << "    " << n << "\n";
+    for (const auto& n : r.notes) o << "    " << EscapeControlCharacters(n) << "\n";
   }
   return o.str();
 }

@@ -245,6 +245,7 @@ Status StreamWithReadAhead(const std::vector<Region>& boxes, uint32_t rank, cons
 namespace {
 
 struct Ctx {
+  Ctx(const PyToTreeOptions& o, ConvertLog* l) : opts(o), log(l) {}
   const PyToTreeOptions& opts;
   ConvertLog* log;
   uint64_t nodes = 0;

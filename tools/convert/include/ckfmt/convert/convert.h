@@ -84,7 +84,8 @@ struct ConvertReport {
 // complete (written to a temporary name, then renamed).
 Result<ConvertReport> Run(const ConvertOptions& options);
 
-// Multi-line human-readable summary.
+// Multi-line human-readable summary; the keys and notes in it, which come
+// from the source, with their control characters escaped.
 std::string FormatReport(const ConvertReport& report);
 
 // Detects a source's format from its content (and the directory layout).
