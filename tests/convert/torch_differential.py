@@ -11,6 +11,10 @@ probing one feature, go through three steps:
 2. dcp.save (no process group) -> ckfmt -> .pt must equal torch's own
    dcp_to_torch_save of that directory. Where DCP cannot save and read back
    a state itself, steps 2-3 are skipped and it counts as dcp-itself-failed.
+   Where this torch has it, the same through DCP's other serialization
+   (FileSystemWriter(serialization_format=SAFETENSORS), which torch's own
+   reader cannot read back) must give that reference too ("2 safetensors";
+   states whose dtypes safetensors lacks are not saved so, and counted).
 3. ckfmt -> DCP directory (`--to dcp`): dcp_to_torch_save of it, and
    dcp.load of it into a zeroed template, must give what they give on the
    directory of DCP's own dcp.save.
@@ -41,6 +45,10 @@ import torch  # noqa: E402
 import torch.distributed.checkpoint as dcp  # noqa: E402
 from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save  # noqa: E402
+try:  # torch 2.8 and later
+    from torch.distributed.checkpoint.filesystem import SerializationFormat  # noqa: E402
+except ImportError:
+    SerializationFormat = None
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8,
           torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool, torch.complex64,
@@ -348,6 +356,15 @@ def check_case(state, work, convert):
         return ([f"dcp_to_torch_save {x}" for x in diff(want[0], got[0], ordered=False)] +
                 [f"dcp.load {x}" for x in diff(want[1], got[1], ordered=False)])
 
+    def step2_safetensors():
+        convert(at("dcp_st"), at("2st.ckfmt"))
+        convert(at("2st.ckfmt"), at("2st.pt"))
+        return diff(ref, torch.load(at("2st.pt"), weights_only=True), ordered=False)
+
+    def dcp_safetensors_save():
+        dcp.save(state, storage_writer=dcp.FileSystemWriter(
+            at("dcp_st"), serialization_format=SerializationFormat.SAFETENSORS))
+
     def dcp_reference():
         dcp.save(state, checkpoint_id=at("dcp_own"))
         dcp_to_torch_save(at("dcp_own"), at("ref.pt"))
@@ -358,11 +375,16 @@ def check_case(state, work, convert):
     run("1 legacy", lambda: step1("legacy", {"_use_new_zipfile_serialization": False}))
     ref = outcome(dcp_reference)
     if isinstance(ref, str):  # an error text
-        return fails, True
+        return fails, True, None
     run("2", step2)
+    st_saved = None
+    if SerializationFormat is not None:
+        st_saved = outcome(dcp_safetensors_save) is None
+        if st_saved:
+            run("2 safetensors", step2_safetensors)
     if "1" not in fails:
         run("3", step3)
-    return fails, False
+    return fails, False, st_saved
 
 
 def main():
@@ -382,17 +404,23 @@ def main():
 
     cases = targeted() + [(f"random{s}", s) for s in range(args.seed, args.seed + args.random)]
     counts = {"passed": 0, "failed": 0, "dcp-itself-failed": 0}
+    st_counts = {"saved": 0, "not saved": 0}
     with tempfile.TemporaryDirectory() as tmp:
         for name, state in cases:
             work = os.path.join(args.keep_dir or tmp, name)
             os.makedirs(work, exist_ok=True)
             state = random_state(state) if isinstance(state, int) else state
-            fails, own_failed = check_case(state, work, convert)
+            fails, own_failed, st_saved = check_case(state, work, convert)
+            if st_saved is not None:
+                st_counts["saved" if st_saved else "not saved"] += 1
             for step, lines in fails.items():
                 for line in lines[:3]:
                     print(f"FAIL {name} step {step}: {line}", flush=True)
             counts["failed" if fails else "dcp-itself-failed" if own_failed else "passed"] += 1
     print(", ".join(f"{n} {what}" for what, n in counts.items()))
+    if SerializationFormat is not None:
+        print(f"DCP's safetensors serialization: {st_counts['saved']} states saved and "
+              f"checked, {st_counts['not saved']} it could not save")
     return 1 if counts["failed"] else 0
 
 
