@@ -164,6 +164,37 @@ TEST(FixtureDetails, SafetensorsMetadataIsKept) {
   EXPECT_TRUE(found);
 }
 
+// The safetensors blob of a DCP data file (dcp_safetensors, rank 1) as a
+// file of its own, as DCP's HuggingFace writer leaves one per rank: its
+// tensors are that rank's chunks, and a note says so, naming the ones at
+// nonzero offsets. Rank 0's blob places every chunk at offset 0 (a chunk
+// there looks like a whole tensor): no note.
+TEST(FixtureDetails, SafetensorsOfDcpChunksAreNoted) {
+  std::string dir = MakeTempDir("st_dcp_chunks");
+  for (const char* rank : {"0", "1"}) {
+    std::string data = ReadFile(Fixture(std::string("dcp_safetensors/__") + rank + "_0.distcp"));
+    size_t header = data.find("{\"__metadata__\"");
+    ASSERT_NE(header, std::string::npos);
+    ASSERT_GE(header, 8u);
+    std::string st = dir + "/rank" + rank + ".safetensors";
+    WriteFile(st, data.substr(header - 8));
+    ConvertReport r = ConvertOrDie(st, st + ".ckfmt");
+    std::vector<std::string> chunk_notes;
+    for (const std::string& n : r.notes) {
+      if (n.find("DCP_SHARDING_INFO") != std::string::npos) chunk_notes.push_back(n);
+    }
+    if (std::string(rank) == "0") {
+      EXPECT_TRUE(chunk_notes.empty()) << chunk_notes[0];
+      continue;
+    }
+    ASSERT_EQ(chunk_notes.size(), 1u);
+    EXPECT_EQ(chunk_notes[0],
+              st + ": \"model.0.bias\", \"model.0.weight\", \"model.2.bias\" and 9 more are, "
+                   "by DCP_SHARDING_INFO, chunks at nonzero offsets of larger tensors (one "
+                   "rank's part of a DCP save); each is stored as the chunk it holds");
+  }
+}
+
 TEST(FixtureDetails, ProgressReachesTheTotal) {
   std::string dir = MakeTempDir("progress");
   ConvertOptions o;

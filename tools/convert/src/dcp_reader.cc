@@ -42,7 +42,7 @@ struct Chunk {
 // which ({"fqn": {"saved_offsets": [...]}, ...}).
 struct DcpSafetensors {
   std::shared_ptr<const SafetensorsBlob> blob;
-  std::unordered_map<std::string, std::vector<uint64_t>> saved_offsets;
+  DcpShardingInfo saved_offsets;
 };
 
 Result<DcpSafetensors> OpenDcpSafetensors(std::shared_ptr<InputFile> file, uint64_t offset) {
@@ -57,21 +57,7 @@ Result<DcpSafetensors> OpenDcpSafetensors(std::shared_ptr<InputFile> file, uint6
     return Status::Unsupported(where + ": safetensors blob without DCP_SHARDING_INFO in its "
                                "__metadata__: which chunk each tensor is cannot be told");
   }
-  const std::string bad = where + ": DCP_SHARDING_INFO is not {\"<fqn>\": {\"saved_offsets\": "
-                          "[<int>, ...]}, ...}";
-  nlohmann::json j = nlohmann::json::parse(*info, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return Status::Corruption(bad);
-  for (const auto& [fqn, v] : j.items()) {
-    if (!v.is_object() || !v.contains("saved_offsets") || !v["saved_offsets"].is_array()) {
-      return Status::Corruption(bad);
-    }
-    std::vector<uint64_t> offs;
-    for (const auto& o : v["saved_offsets"]) {
-      if (!o.is_number_unsigned()) return Status::Corruption(bad);
-      offs.push_back(o.get<uint64_t>());
-    }
-    st.saved_offsets.emplace(fqn, std::move(offs));
-  }
+  CKFMT_ASSIGN_OR_RETURN(st.saved_offsets, ParseDcpShardingInfo(*info, where));
   return st;
 }
 

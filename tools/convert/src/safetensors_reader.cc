@@ -279,6 +279,31 @@ Result<std::shared_ptr<TensorSource>> MakeSource(const OpenedFile& f, const StTe
   return s;
 }
 
+// A file that DCP's HuggingFace writer saved per rank (save_distributed)
+// holds that rank's chunks, and DCP_SHARDING_INFO places them in larger
+// tensors whose shapes the file does not record. Each is converted as the
+// tensor it holds; the note says which are chunks at nonzero offsets (a
+// chunk at offset 0 looks like a whole tensor and cannot be told apart).
+void NoteDcpShards(const Metadata& metadata, const std::string& path, ConvertLog* log) {
+  for (const auto& [k, v] : metadata) {
+    if (k != "DCP_SHARDING_INFO") continue;
+    Result<DcpShardingInfo> info = ParseDcpShardingInfo(v, path);
+    if (!info.ok()) return;  // only metadata here, kept as it is
+    std::vector<std::string> shards;
+    for (const auto& [fqn, offsets] : *info) {
+      if (std::any_of(offsets.begin(), offsets.end(), [](uint64_t o) { return o != 0; })) {
+        shards.push_back(fqn);
+      }
+    }
+    if (shards.empty()) return;
+    std::sort(shards.begin(), shards.end());
+    log->Note(path + ": " + NameSomeKeys(shards) +
+              " are, by DCP_SHARDING_INFO, chunks at nonzero offsets of larger tensors "
+              "(one rank's part of a DCP save); each is stored as the chunk it holds");
+    return;
+  }
+}
+
 // Places leaves by dotted key (split) or flat; falls back to flat on a
 // conflict such as "a" and "a.b" both being tensors.
 Node Place(std::vector<std::pair<std::string, Node>> leaves, bool split, ConvertLog* log,
@@ -370,6 +395,26 @@ Result<std::shared_ptr<TensorSource>> SafetensorsBlob::Find(const std::string& k
   return MakeSource(parsed_->f, parsed_->f.tensors[it->second]);
 }
 
+Result<DcpShardingInfo> ParseDcpShardingInfo(const std::string& text, const std::string& where) {
+  const std::string bad = where + ": DCP_SHARDING_INFO is not {\"<fqn>\": {\"saved_offsets\": "
+                          "[<int>, ...]}, ...}";
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return Status::Corruption(bad);
+  DcpShardingInfo info;
+  for (const auto& [fqn, v] : j.items()) {
+    if (!v.is_object() || !v.contains("saved_offsets") || !v["saved_offsets"].is_array()) {
+      return Status::Corruption(bad);
+    }
+    std::vector<uint64_t> offs;
+    for (const auto& o : v["saved_offsets"]) {
+      if (!o.is_number_unsigned()) return Status::Corruption(bad);
+      offs.push_back(o.get<uint64_t>());
+    }
+    info.emplace(fqn, std::move(offs));
+  }
+  return info;
+}
+
 bool LooksLikeSafetensors(const uint8_t* p, size_t n, uint64_t file_size) {
   if (n < 9) return false;
   uint64_t hlen = 0;
@@ -394,6 +439,7 @@ std::string ShardedIndexPath(const std::string& path) {
 Result<Node> ReadSafetensors(const std::string& path, const SafetensorsReadOptions& options,
                              ConvertLog* log, Metadata* metadata) {
   CKFMT_ASSIGN_OR_RETURN(OpenedFile f, OpenSt(path, metadata));
+  NoteDcpShards(*metadata, path, log);
   std::vector<std::pair<std::string, Node>> leaves;
   for (const auto& t : f.tensors) {
     Node n;
@@ -450,6 +496,7 @@ Result<Node> ReadSafetensorsSharded(const std::string& path,
   for (const auto& shard : shard_order) {
     Metadata shard_meta;
     CKFMT_ASSIGN_OR_RETURN(OpenedFile of, OpenSt(JoinPath(dir, shard), &shard_meta));
+    NoteDcpShards(shard_meta, JoinPath(dir, shard), log);
     for (auto& kv : shard_meta) {
       if (meta_keys.insert(kv.first).second) metadata->push_back(kv);
     }

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,8 @@ struct SafetensorsReadOptions {
 
 using Metadata = std::vector<std::pair<std::string, std::string>>;
 
+// Appends the file's __metadata__ pairs to `metadata` (REQUIRES: not null),
+// and notes tensors that DCP_SHARDING_INFO there calls chunks of larger ones.
 Result<Node> ReadSafetensors(const std::string& path, const SafetensorsReadOptions& options,
                              ConvertLog* log, Metadata* metadata);
 
@@ -48,6 +51,12 @@ class SafetensorsBlob {
   std::unique_ptr<Parsed> parsed_;
   Metadata metadata_;
 };
+
+// The value of DCP_SHARDING_INFO, which DCP's safetensors serialization
+// (and its HuggingFace writer) puts in __metadata__: each fqn's chunk
+// offsets, {"<fqn>": {"saved_offsets": [<int>, ...]}, ...}.
+using DcpShardingInfo = std::unordered_map<std::string, std::vector<uint64_t>>;
+Result<DcpShardingInfo> ParseDcpShardingInfo(const std::string& text, const std::string& where);
 
 // The safetensors dtype name for a ckfmt dtype ("F32", "F8_E4M3", ...).
 std::string SafetensorsDTypeName(DType t);

@@ -35,6 +35,17 @@ std::string KeyForMessage(const std::string& key) {
   return key.empty() ? "<root>" : QuoteKey(key);
 }
 
+std::string NameSomeKeys(const std::vector<std::string>& keys) {
+  constexpr size_t kNamed = 3;
+  const size_t named = keys.size() <= kNamed + 1 ? keys.size() : kNamed;
+  std::string names;
+  for (size_t i = 0; i < named; ++i) {
+    names += (i == 0 ? "" : i + 1 == keys.size() ? " and " : ", ") + KeyForMessage(keys[i]);
+  }
+  if (named < keys.size()) names += " and " + std::to_string(keys.size() - named) + " more";
+  return names;
+}
+
 std::string JoinKey(const std::string& parent, const std::string& child) {
   return parent.empty() ? child : parent + "." + child;
 }
@@ -267,28 +278,17 @@ struct Ctx {
     for (const std::string& s : storages_in_order) {
       const std::vector<std::string>& users = storage_users.at(s);
       if (users.size() < 2) continue;
-      log->Note(NameSome(users) + " share one storage; each is stored on its own, no longer tied");
+      log->Note(NameSomeKeys(users) +
+                " share one storage; each is stored on its own, no longer tied");
     }
     if (!parameters.empty()) {
-      log->Note(NameSome(parameters) + ": torch.nn.Parameter stored as a plain tensor "
+      log->Note(NameSomeKeys(parameters) + ": torch.nn.Parameter stored as a plain tensor "
                 "(requires_grad is not kept)");
     }
     if (!with_attributes.empty()) {
-      log->Note(NameSome(with_attributes) + ": the Python attributes set on the tensor are "
+      log->Note(NameSomeKeys(with_attributes) + ": the Python attributes set on the tensor are "
                 "not kept");
     }
-  }
-
-  // `keys` quoted, the first three of them where there are more than four.
-  static std::string NameSome(const std::vector<std::string>& keys) {
-    constexpr size_t kNamed = 3;
-    const size_t named = keys.size() <= kNamed + 1 ? keys.size() : kNamed;
-    std::string names;
-    for (size_t i = 0; i < named; ++i) {
-      names += (i == 0 ? "" : i + 1 == keys.size() ? " and " : ", ") + KeyForMessage(keys[i]);
-    }
-    if (named < keys.size()) names += " and " + std::to_string(keys.size() - named) + " more";
-    return names;
   }
 };
 

@@ -228,5 +228,8 @@ std::string JoinKey(const std::string& parent, const std::string& child);
 std::string QuoteKey(std::string_view key);
 // A dotted key path for a message: QuoteKey(key), or <root> when empty.
 std::string KeyForMessage(const std::string& key);
+// The first three keys of a list for a message ("a", "b", "c" and 5 more);
+// all of them when there are four or fewer.
+std::string NameSomeKeys(const std::vector<std::string>& keys);
 
 }  // namespace ckfmt::convert
