@@ -399,12 +399,12 @@ void CodeTwo(const CodeTables& t, const uint8_t* a, size_t la, const uint8_t* b,
     if (i == 2) {
       sa.Add(t.pair[Load16(a)]);
       sb.Add(t.pair[Load16(b)]);
-      i = 0;
-    }
-    if (i != lb) {  // lb == 0 adds nothing
       sa.Flush();
       sb.Flush();
     }
+    // Otherwise the flushes above left at most 7 bits, which Close writes;
+    // another flush here could find none pending and shift by 64 (its
+    // REQUIRES), as it once did when lb was a multiple of 4.
     return;
   }
   for (; i >= 4; i -= 4) {  // four codes of at most 11 bits per flush
