@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what ckfmt needs to build and test (idempotent), then configures
-# and builds it in ./build. Both README quick-start commands call this.
+# and builds it in ./build (not with CKFMT_SETUP_BUILD=0). Both README
+# quick-start commands call this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +22,8 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# CKFMT_SETUP_BUILD=0: the packages only (scripts/sanitize.sh builds its own).
+[ "${CKFMT_SETUP_BUILD:-1}" = 0 ] && exit 0
 BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" >/dev/null
 cmake --build build -j "$(nproc)"
