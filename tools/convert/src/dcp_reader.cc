@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <unordered_map>
@@ -49,15 +50,13 @@ Result<DcpSafetensors> OpenDcpSafetensors(std::shared_ptr<InputFile> file, uint6
   const std::string where = file->path() + " @" + std::to_string(offset);
   DcpSafetensors st;
   CKFMT_ASSIGN_OR_RETURN(st.blob, SafetensorsBlob::Open(std::move(file), offset));
-  const std::string* info = nullptr;
-  for (const auto& [k, v] : st.blob->metadata()) {
-    if (k == "DCP_SHARDING_INFO") info = &v;
-  }
+  CKFMT_ASSIGN_OR_RETURN(std::optional<DcpShardingInfo> info,
+                         DcpShardingInfoOf(st.blob->metadata(), where));
   if (!info) {
     return Status::Unsupported(where + ": safetensors blob without DCP_SHARDING_INFO in its "
                                "__metadata__: which chunk each tensor is cannot be told");
   }
-  CKFMT_ASSIGN_OR_RETURN(st.saved_offsets, ParseDcpShardingInfo(*info, where));
+  st.saved_offsets = std::move(*info);
   return st;
 }
 
@@ -66,15 +65,15 @@ struct DcpFiles {
   std::string dir;
   std::map<std::string, std::shared_ptr<InputFile>> files;
   std::map<std::pair<std::string, uint64_t>, DcpSafetensors> blobs;  // (file, offset)
-  Result<const DcpSafetensors*> Blob(const std::string& rel, std::shared_ptr<InputFile> file,
-                                     uint64_t offset) {
-    auto key = std::make_pair(rel, offset);
-    auto it = blobs.find(key);
-    if (it == blobs.end()) {
-      CKFMT_ASSIGN_OR_RETURN(DcpSafetensors st, OpenDcpSafetensors(std::move(file), offset));
-      it = blobs.emplace(key, std::move(st)).first;
-    }
-    return &it->second;
+  // The blob already opened at `offset` of `rel`, or null.
+  const DcpSafetensors* KnownBlob(const std::string& rel, uint64_t offset) const {
+    auto it = blobs.find({rel, offset});
+    return it == blobs.end() ? nullptr : &it->second;
+  }
+  Result<const DcpSafetensors*> OpenBlob(const std::string& rel, std::shared_ptr<InputFile> file,
+                                         uint64_t offset) {
+    CKFMT_ASSIGN_OR_RETURN(DcpSafetensors st, OpenDcpSafetensors(std::move(file), offset));
+    return &blobs.insert_or_assign({rel, offset}, std::move(st)).first->second;
   }
   Result<std::shared_ptr<InputFile>> Get(const std::string& rel) {
     auto it = files.find(rel);
@@ -136,58 +135,7 @@ class DcpTensorSource : public TensorSource {
                           std::to_string(c.item.offset) + " (" + QuoteKey(fqn) + " chunk " +
                           std::to_string(ci) + ")";
       uint32_t rank = RankOf(c.item.relative_path);
-      CKFMT_ASSIGN_OR_RETURN(auto file, files->Get(c.item.relative_path));
-      // DCP serializes a tensor item as a torch.save archive (its default)
-      // or, with serialization_format=SAFETENSORS, as an entry of the
-      // safetensors blob at the item's offset.
-      std::shared_ptr<InputFile> item_file = file;
-      if (c.item.length <= kSmallItem) {
-        CKFMT_ASSIGN_OR_RETURN(item_file, InputFile::WithRegionInMemory(file, c.item.offset,
-                                                                        c.item.length, label));
-      }
-      uint8_t head[9] = {};
-      const uint64_t room = file->size() - std::min(file->size(), c.item.offset);
-      const size_t head_n = static_cast<size_t>(std::min<uint64_t>(sizeof head, room));
-      CKFMT_RETURN_IF_ERROR(item_file->ReadAt(c.item.offset, head, head_n, label));
-      std::shared_ptr<TensorSource> src;
-      if (c.item.length >= 4 && LooksLikeZip(head, head_n)) {
-        CKFMT_ASSIGN_OR_RETURN(std::shared_ptr<ZipArchive> zip,
-                               ZipArchive::Open(item_file, c.item.offset, c.item.length, label));
-        ConvertLog inner_log;
-        CKFMT_ASSIGN_OR_RETURN(Node n, ReadTorchZip(zip, topts, &inner_log));
-        if (n.kind != Node::Kind::kTensor) {
-          return Status::Corruption(label + ": item holds a " +
-                                    (n.kind == Node::Kind::kDict ? "dict" : "non-tensor value") +
-                                    ", expected the chunk's tensor");
-        }
-        src = n.tensor;
-      } else if (LooksLikeSafetensors(head, head_n, room)) {
-        CKFMT_ASSIGN_OR_RETURN(const DcpSafetensors* st,
-                               files->Blob(c.item.relative_path, file, c.item.offset));
-        auto saved = st->saved_offsets.find(fqn);
-        if (saved == st->saved_offsets.end() || saved->second != c.offsets) {
-          // Two chunks of one key in one file: DCP kept only the last.
-          return Status::Corruption(
-              label + ": the file's safetensors blob holds " +
-              (saved == st->saved_offsets.end()
-                   ? std::string("no chunk of this key")
-                   : "the chunk at offsets " + nlohmann::json(saved->second).dump()) +
-              ", the metadata expects the chunk at offsets " + nlohmann::json(c.offsets).dump());
-        }
-        CKFMT_ASSIGN_OR_RETURN(src, st->blob->Find(fqn));
-        if (!src) {
-          return Status::Corruption(label + ": the file's safetensors blob has no tensor " +
-                                    QuoteKey(fqn));
-        }
-        if (c.item.length != src->nbytes()) {
-          return Status::Corruption(label + ": item of " + std::to_string(c.item.length) +
-                                    " bytes, but its safetensors tensor holds " +
-                                    std::to_string(src->nbytes()));
-        }
-      } else {
-        return Status::Corruption(label + ": item is neither a torch.save archive nor in a "
-                                  "safetensors blob, DCP's two serializations");
-      }
+      CKFMT_ASSIGN_OR_RETURN(std::shared_ptr<TensorSource> src, ChunkSource(c, label));
       if (src->dtype != dtype || src->shape != c.sizes) {
         return Status::Corruption(label + ": chunk tensor is " + std::string(DTypeName(src->dtype)) +
                                   " of " + std::to_string(src->shape.size()) +
@@ -202,6 +150,70 @@ class DcpTensorSource : public TensorSource {
       }));
     }
     return Status::OK();
+  }
+
+ private:
+  // DCP serializes a tensor item as a torch.save archive (its default) or,
+  // with serialization_format=SAFETENSORS, as an entry of the safetensors
+  // blob at the item's offset, which all of a data file's items share.
+  Result<std::shared_ptr<TensorSource>> ChunkSource(const Chunk& c, const std::string& label) {
+    const std::string& rel = c.item.relative_path;
+    if (const DcpSafetensors* st = files->KnownBlob(rel, c.item.offset)) {
+      return FromBlob(*st, c, label);
+    }
+    CKFMT_ASSIGN_OR_RETURN(auto file, files->Get(rel));
+    std::shared_ptr<InputFile> item_file = file;
+    if (c.item.length <= kSmallItem) {
+      CKFMT_ASSIGN_OR_RETURN(item_file, InputFile::WithRegionInMemory(file, c.item.offset,
+                                                                      c.item.length, label));
+    }
+    uint8_t head[9] = {};
+    const uint64_t room = file->size() - std::min(file->size(), c.item.offset);
+    const size_t head_n = static_cast<size_t>(std::min<uint64_t>(sizeof head, room));
+    CKFMT_RETURN_IF_ERROR(item_file->ReadAt(c.item.offset, head, head_n, label));
+    if (c.item.length >= 4 && LooksLikeZip(head, head_n)) {
+      CKFMT_ASSIGN_OR_RETURN(std::shared_ptr<ZipArchive> zip,
+                             ZipArchive::Open(item_file, c.item.offset, c.item.length, label));
+      ConvertLog inner_log;
+      CKFMT_ASSIGN_OR_RETURN(Node n, ReadTorchZip(zip, topts, &inner_log));
+      if (n.kind != Node::Kind::kTensor) {
+        return Status::Corruption(label + ": item holds a " +
+                                  (n.kind == Node::Kind::kDict ? "dict" : "non-tensor value") +
+                                  ", expected the chunk's tensor");
+      }
+      return n.tensor;
+    }
+    if (LooksLikeSafetensors(head, head_n, room)) {
+      CKFMT_ASSIGN_OR_RETURN(const DcpSafetensors* st, files->OpenBlob(rel, file, c.item.offset));
+      return FromBlob(*st, c, label);
+    }
+    return Status::Corruption(label + ": item is neither a torch.save archive nor in a "
+                              "safetensors blob, DCP's two serializations");
+  }
+
+  Result<std::shared_ptr<TensorSource>> FromBlob(const DcpSafetensors& st, const Chunk& c,
+                                                 const std::string& label) const {
+    auto saved = st.saved_offsets.find(fqn);
+    if (saved == st.saved_offsets.end() || saved->second != c.offsets) {
+      // Two chunks of one key in one file: DCP kept only the last.
+      return Status::Corruption(
+          label + ": the file's safetensors blob holds " +
+          (saved == st.saved_offsets.end()
+               ? std::string("no chunk of this key")
+               : "the chunk at offsets " + nlohmann::json(saved->second).dump()) +
+          ", the metadata expects the chunk at offsets " + nlohmann::json(c.offsets).dump());
+    }
+    CKFMT_ASSIGN_OR_RETURN(std::shared_ptr<TensorSource> src, st.blob->Find(fqn));
+    if (!src) {
+      return Status::Corruption(label + ": the file's safetensors blob has no tensor " +
+                                QuoteKey(fqn));
+    }
+    if (c.item.length != src->nbytes()) {
+      return Status::Corruption(label + ": item of " + std::to_string(c.item.length) +
+                                " bytes, but its safetensors tensor holds " +
+                                std::to_string(src->nbytes()));
+    }
+    return src;
   }
 };
 

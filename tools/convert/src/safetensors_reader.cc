@@ -285,23 +285,19 @@ Result<std::shared_ptr<TensorSource>> MakeSource(const OpenedFile& f, const StTe
 // tensor it holds; the note says which are chunks at nonzero offsets (a
 // chunk at offset 0 looks like a whole tensor and cannot be told apart).
 void NoteDcpShards(const Metadata& metadata, const std::string& path, ConvertLog* log) {
-  for (const auto& [k, v] : metadata) {
-    if (k != "DCP_SHARDING_INFO") continue;
-    Result<DcpShardingInfo> info = ParseDcpShardingInfo(v, path);
-    if (!info.ok()) return;  // only metadata here, kept as it is
-    std::vector<std::string> shards;
-    for (const auto& [fqn, offsets] : *info) {
-      if (std::any_of(offsets.begin(), offsets.end(), [](uint64_t o) { return o != 0; })) {
-        shards.push_back(fqn);
-      }
+  Result<std::optional<DcpShardingInfo>> info = DcpShardingInfoOf(metadata, path);
+  if (!info.ok() || !*info) return;  // only metadata here, kept as it is
+  std::vector<std::string> shards;
+  for (const auto& [fqn, offsets] : **info) {
+    if (std::any_of(offsets.begin(), offsets.end(), [](uint64_t o) { return o != 0; })) {
+      shards.push_back(fqn);
     }
-    if (shards.empty()) return;
-    std::sort(shards.begin(), shards.end());
-    log->Note(path + ": " + NameSomeKeys(shards) +
-              " are, by DCP_SHARDING_INFO, chunks at nonzero offsets of larger tensors "
-              "(one rank's part of a DCP save); each is stored as the chunk it holds");
-    return;
   }
+  if (shards.empty()) return;
+  std::sort(shards.begin(), shards.end());
+  log->Note(path + ": " + NameSomeKeys(shards) +
+            " are, by DCP_SHARDING_INFO, chunks at nonzero offsets of larger tensors "
+            "(one rank's part of a DCP save); each is stored as the chunk it holds");
 }
 
 // Places leaves by dotted key (split) or flat; falls back to flat on a
@@ -395,7 +391,12 @@ Result<std::shared_ptr<TensorSource>> SafetensorsBlob::Find(const std::string& k
   return MakeSource(parsed_->f, parsed_->f.tensors[it->second]);
 }
 
-Result<DcpShardingInfo> ParseDcpShardingInfo(const std::string& text, const std::string& where) {
+Result<std::optional<DcpShardingInfo>> DcpShardingInfoOf(const Metadata& metadata,
+                                                         const std::string& where) {
+  auto kv = std::find_if(metadata.begin(), metadata.end(),
+                         [](const auto& p) { return p.first == "DCP_SHARDING_INFO"; });
+  if (kv == metadata.end()) return std::optional<DcpShardingInfo>();
+  const std::string& text = kv->second;
   const std::string bad = where + ": DCP_SHARDING_INFO is not {\"<fqn>\": {\"saved_offsets\": "
                           "[<int>, ...]}, ...}";
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -412,7 +413,7 @@ Result<DcpShardingInfo> ParseDcpShardingInfo(const std::string& text, const std:
     }
     info.emplace(fqn, std::move(offs));
   }
-  return info;
+  return std::optional<DcpShardingInfo>(std::move(info));
 }
 
 bool LooksLikeSafetensors(const uint8_t* p, size_t n, uint64_t file_size) {

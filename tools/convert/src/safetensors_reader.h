@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -55,8 +56,10 @@ class SafetensorsBlob {
 // The value of DCP_SHARDING_INFO, which DCP's safetensors serialization
 // (and its HuggingFace writer) puts in __metadata__: each fqn's chunk
 // offsets, {"<fqn>": {"saved_offsets": [<int>, ...]}, ...}.
+// Read from `metadata`: nullopt where it has no DCP_SHARDING_INFO.
 using DcpShardingInfo = std::unordered_map<std::string, std::vector<uint64_t>>;
-Result<DcpShardingInfo> ParseDcpShardingInfo(const std::string& text, const std::string& where);
+Result<std::optional<DcpShardingInfo>> DcpShardingInfoOf(const Metadata& metadata,
+                                                         const std::string& where);
 
 // The safetensors dtype name for a ckfmt dtype ("F32", "F8_E4M3", ...).
 std::string SafetensorsDTypeName(DType t);
