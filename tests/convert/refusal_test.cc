@@ -470,6 +470,35 @@ TEST(Refusal, DcpSafetensorsChunkThatIsNotTheOneTheMetadataNames) {
   EXPECT_FALSE(PathExists(dir + ".ckfmt"));
 }
 
+// The blob's own contradictions, each refused as corrupt naming the chunk:
+// sharding info that is not the documented JSON, sharding info without the
+// key, and a tensor the sharding info names but the blob lacks.
+TEST(Refusal, DcpSafetensorsBlobThatContradictsItself) {
+  struct Case {
+    const char* name;
+    std::string from, to, says;
+  } cases[] = {
+      {"dcp_st_bad_info", R"(\"model.0.weight\": {\"saved_offsets\": [4, 0]})",
+       R"(\"model.0.weight\": {\"saved_offsets\": [4,-0]})",
+       "DCP_SHARDING_INFO is not {\"<fqn>\": {\"saved_offsets\": [<int>, ...]}, ...}"},
+      {"dcp_st_key_not_in_info", R"(\"model.0.weight\": {\"saved_offsets\")",
+       R"(\"model.0.weighX\": {\"saved_offsets\")",
+       "\"model.0.weight\" chunk 1): the file's safetensors blob holds no chunk of this key, "
+       "the metadata expects the chunk at offsets [4,0]"},
+      {"dcp_st_tensor_not_in_blob", R"("model.0.weight":{)", R"("model.0.weighX":{)",
+       "\"model.0.weight\" chunk 1): the file's safetensors blob has no tensor "
+       "\"model.0.weight\""},
+  };
+  for (const Case& c : cases) {
+    std::string dir = EditedDcpSafetensors(c.name, c.from, c.to);
+    Status s = ConvertStatus(dir, dir + ".ckfmt");
+    EXPECT_EQ(s.code(), StatusCode::kCorruption) << c.name << ": " << s.ToString();
+    EXPECT_NE(s.message().find("__1_0.distcp @"), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find(c.says), std::string::npos) << c.name << ": " << s.ToString();
+    EXPECT_FALSE(PathExists(dir + ".ckfmt")) << c.name;
+  }
+}
+
 TEST(Refusal, DcpSafetensorsWithoutShardingInfo) {
   std::string dir = EditedDcpSafetensors("dcp_st_no_info", "DCP_SHARDING_INFO",
                                          "DCP_SHARDING_INFX");
