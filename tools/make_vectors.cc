@@ -1,5 +1,6 @@
 // ckfmt-make-vectors OUTDIR: writes the golden vectors (NAME.ckfmt and
-// NAME.inspect.json) into OUTDIR. Regenerate spec/vectors with
+// NAME.inspect.json) into OUTDIR, and the invalid vectors into
+// OUTDIR/invalid. Regenerate spec/vectors with
 //   build/tools/ckfmt-make-vectors spec/vectors
 // and review the diff: any change there is a change of the on-disk format
 // or of the writer's output.
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <string>
 
+#include "invalid_vectors.h"
 #include "vectors.h"
 
 int main(int argc, char** argv) {
@@ -21,7 +23,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ckfmt-make-vectors: %s is not a directory\n", dir.c_str());
     return 2;
   }
+  const std::string invalid_dir = dir + "/invalid";
+  ::mkdir(invalid_dir.c_str(), 0755);  // may exist
   ckfmt::Status s = ckfmt::tools::WriteGoldenVectors(dir);
+  if (s.ok()) s = ckfmt::tools::WriteInvalidVectors(invalid_dir);
   if (!s.ok()) {
     std::fprintf(stderr, "ckfmt-make-vectors: %s\n", s.ToString().c_str());
     return 1;
@@ -30,5 +35,7 @@ int main(int argc, char** argv) {
     std::printf("%s/%s.ckfmt\n%s/%s.inspect.json\n", dir.c_str(), v.name.c_str(), dir.c_str(),
                 v.name.c_str());
   }
+  std::printf("%s/: base.ckfmt, invalid.json and %zu invalid vectors\n", invalid_dir.c_str(),
+              ckfmt::tools::InvalidVectors().size());
   return 0;
 }
