@@ -9,6 +9,7 @@
 
 #include "ckfmt/checksum.h"
 #include "ckfmt/codec.h"
+#include "ckfmt/file_layout.h"
 
 namespace ckfmt {
 
@@ -69,6 +70,11 @@ std::string ChunkChecker::Explain(const ChunkRecord& c, const uint8_t* stored) {
     return s.ok() ? "" : s.message();
   }
   if (c.codec != uint8_t(Codec::kZstd)) return "";
+  // A stream decoder would take a skippable frame for the frame and then
+  // complain of what follows it.
+  if (c.stored_size < 4 || GetU32(stored) != ZSTD_MAGICNUMBER) {
+    return "zstd chunk does not start with a zstd frame's magic number";
+  }
   sink_.resize(128 << 10);
   ZSTD_DCtx_reset(dctx_, ZSTD_reset_session_only);
   ZSTD_inBuffer in{stored, c.stored_size, 0};

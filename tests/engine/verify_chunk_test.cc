@@ -95,5 +95,37 @@ TEST(ChunkCheckerTest, WithoutDecodingChecksumAndCodecAreStillChecked) {
       << checker.Check(r, stored.data(), false);
 }
 
+// zstd chunks that only the frame rules refuse are named for what they are.
+TEST(ChunkCheckerTest, ZstdChunkThatIsNotOneFrame) {
+  std::vector<uint8_t> raw(4096);
+  for (size_t i = 0; i < raw.size(); ++i) raw[i] = uint8_t(i % 16);
+  std::vector<uint8_t> frame(MaxEncodedSize(Codec::kZstd, raw.size()));
+  auto got = EncodeChunk(Codec::kZstd, 3, 1, raw.data(), raw.size(), frame.data(), frame.size());
+  ASSERT_TRUE(got.ok());
+  frame.resize(*got);
+  const std::vector<uint8_t> skippable = {0x50, 0x2a, 0x4d, 0x18, 4, 0, 0, 0, 's', 'k', 'i', 'p'};
+  struct Case {
+    const char* what;
+    std::vector<uint8_t> stored;
+    std::string expect;
+  };
+  std::vector<Case> cases = {
+      {"skippable frame first", skippable, "zstd chunk does not start with a zstd frame's magic number"},
+      {"raw bytes", raw, "zstd chunk does not start with a zstd frame's magic number"},
+      {"second frame", frame, "bytes follow the end of the zstd frame"},
+  };
+  cases[0].stored.insert(cases[0].stored.end(), frame.begin(), frame.end());
+  cases[2].stored.insert(cases[2].stored.end(), frame.begin(), frame.end());
+  ChunkChecker checker;
+  for (const Case& c : cases) {
+    ChunkRecord r{4096, c.stored.size(), raw.size(), Checksum(c.stored.data(), c.stored.size()),
+                  uint8_t(Codec::kZstd)};
+    EXPECT_EQ(checker.Check(r, c.stored.data()), c.expect) << c.what;
+  }
+  ChunkRecord good{4096, frame.size(), raw.size(), Checksum(frame.data(), frame.size()),
+                   uint8_t(Codec::kZstd)};
+  EXPECT_EQ(checker.Check(good, frame.data()), "");
+}
+
 }  // namespace
 }  // namespace ckfmt
