@@ -148,7 +148,9 @@ Result<IndexRecord> ParseIndex(const uint8_t* data, size_t size, uint64_t data_b
   if (fi->writer_name()) index.writer_name = fi->writer_name()->str();
   if (fi->writer_version()) index.writer_version = fi->writer_version()->str();
   index.world_size = fi->world_size();
-  if (fi->save_mode()) index.save_mode = fi->save_mode()->str();
+  // Absent reads as "" (as writer_name does), not as the model's default
+  // "single": inspect must show what the file holds (INSPECT_JSON.md).
+  index.save_mode = fi->save_mode() ? fi->save_mode()->str() : "";
   if (fi->metadata()) {
     for (const fb::KeyValue* kv : *fi->metadata()) {
       index.metadata.emplace_back(kv->key()->str(), kv->value()->str());

@@ -888,6 +888,21 @@ void ExpectParseCorruption(const std::string& bytes, const std::string& what) {
   EXPECT_NE(r.status().message().find(kFile), std::string::npos) << r.status().message();
 }
 
+// Optional strings read as what the file holds: absent is "", even where a
+// writer's model has a default (save_mode "single").
+TEST(IndexHostileBufferTest, AbsentStringsReadEmpty) {
+  FlatBufferBuilder b;
+  auto root = fbs::CreateIndex(b, 0, 0, 1, 0, 0, 0);
+  b.Finish(root, fbs::IndexIdentifier());
+  auto r = Parse(std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize()),
+                 1ull << 20);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->writer_name, "");
+  EXPECT_EQ(r->writer_version, "");
+  EXPECT_EQ(r->save_mode, "");
+  EXPECT_TRUE(r->entries.empty());
+}
+
 TEST(IndexHostileBufferTest, UnknownEntryKind) {
   for (uint8_t k : {uint8_t{0}, uint8_t{10}, uint8_t{255}}) {
     FlatBufferBuilder b;
