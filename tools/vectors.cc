@@ -288,7 +288,7 @@ Status WriteZstd(const std::string& path, const IoOptions& io) {
   root.Set("compressible", Value(a.Make<float>(DType::kF32, {4096}, ramp)));
   root.Set("incompressible", Value(a.Make<uint8_t>(DType::kU8, {6000}, noise)));
   root.Set("odd_chunks", Value(a.Make<double>(DType::kF64, {10, 100}, odd)));
-  root.Set("log", Value(Bytes{"json", text}));
+  root.Set("log", Value(Bytes{"text", text}));  // log lines, not one JSON document
   SaveOptions o = BaseOptions(io);
   o.codec = Codec::kZstd;
   o.level = 3;
