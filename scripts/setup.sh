@@ -10,7 +10,8 @@ packages=(cmake g++ ninja-build pkg-config
           libflatbuffers-dev flatbuffers-compiler
           libgtest-dev libbenchmark-dev
           libcli11-dev nlohmann-json3-dev libfmt-dev
-          libopenmpi-dev openmpi-bin)
+          libopenmpi-dev openmpi-bin
+          python3-numpy python3-xxhash python3-zstandard)  # tests/spec
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
