@@ -3,13 +3,15 @@
 alone) against the golden vectors, the invalid vectors and the ckfmt CLI.
 
     python3 tests/spec/conformance.py --vectors spec/vectors --ckfmt build/tools/ckfmt \
-        [--main-job build/tools/ckfmt-main-job] [--work DIR]
+        [--main-job build/tools/ckfmt-main-job]
+        [--dist-main-job build/tools/ckfmt-dist-main-job --mpirun mpirun] [--work DIR]
 
 Groups of checks, one summary line each (README.md has the details):
 reader regions (the reader's own §7 arithmetic), valid vectors (against
 NAME.inspect.json, `ckfmt convert` and vectors/README.md), invalid vectors
 (spec/vectors/invalid/invalid.json), index mutations (resealed bit flips and
-absent fields, reader against `ckfmt inspect`), engine files (--main-job).
+absent fields, reader against `ckfmt inspect`), engine files (--main-job,
+--dist-main-job).
 
 Exit status: 0 all checks pass, 1 some failed (listed at the end),
 77 (CTest's skip) when numpy, xxhash or zstandard cannot be imported.
@@ -359,45 +361,74 @@ def mutation_disagreement(verdict, mine, cli):
 
 # --- d. files the engine writes -----------------------------------------------------------
 
+def check_engine_file(path, label, args, report, group, totals):
+    """One file an engine job kept: the reader against ckfmt inspect and
+    ckfmt convert. Returns the set of chunk codec ids it holds."""
+    totals["size"] += path.stat().st_size
+    try:
+        with spec.CheckpointFile(path) as ck:
+            inspect = run([args.ckfmt, "inspect", "--json", path])
+            if inspect.returncode != 0:
+                report.fail(group, f"{label}: ckfmt inspect exit {inspect.returncode}")
+                return set()
+            compare_with_inspect(ck, json.loads(inspect.stdout), group, label, report)
+            tree = ck.load()
+            totals["tensors"] += compare_with_convert(ck, tree, args.ckfmt, path.parent, group, label, report)
+            totals["blobs"] += compare_blobs_with_convert(ck, tree, args.ckfmt, path.parent, group,
+                                                          label, report)
+            totals["entries"] += len(ck.index.entries)
+            totals["save_modes"].add((ck.index.save_mode or b"").decode(errors="replace"))
+            return {c.codec for e in ck.index.entries for p in e.pieces or [] for c in p.chunks}
+    except Exception as ex:
+        report.fail(group, f"{label}: {outcome_of(ex)}")
+        return set()
+
+
+def kept_files(res, out_dir, expected, group, label, report):
+    """The .ckfmt files a job kept in out_dir, when it succeeded and kept `expected` of them."""
+    if res.returncode != 0:
+        report.fail(group, f"{label}: exit {res.returncode}: {res.stdout.strip()[-300:]}")
+        return []
+    kept = sorted(out_dir.glob("*.ckfmt"))
+    if len(kept) != expected:
+        report.fail(group, f"{label}: expected {expected} kept .ckfmt, found {kept}")
+        return []
+    return kept
+
+
 def check_main_job(args, work, report):
     group = "main job"
-    entries = tensors = blobs = 0
-    size = 0
+    totals = dict(size=0, entries=0, tensors=0, blobs=0, save_modes=set())
+    jobs = []
     for codec in MAIN_JOB_CODECS:
         out_dir = work / "main-job" / codec
         shutil.rmtree(out_dir, ignore_errors=True)     # what an earlier run left in --work
         res = run([args.main_job, "--dir", out_dir, "--size-mb", args.size_mb, "--codec", codec, "--keep"],
                   timeout=300)
-        if res.returncode != 0:
-            report.fail(group, f"{codec}: ckfmt-main-job exit {res.returncode}: {res.stdout.strip()[-300:]}")
-            continue
-        kept = sorted(out_dir.glob("*.ckfmt"))
+        kept = kept_files(res, out_dir, 1, group, f"ckfmt-main-job --codec {codec}", report)
         said = re.findall(r"kept (\S+\.ckfmt)", res.stdout)
-        if len(kept) != 1 or (said and Path(said[-1]).resolve() != kept[0].resolve()):
-            report.fail(group, f"{codec}: expected one kept .ckfmt, found {kept}, output says {said}")
+        if kept and said and Path(said[-1]).resolve() != kept[0].resolve():
+            report.fail(group, f"{codec}: kept {kept[0]}, output says {said[-1]}")
             continue
-        path = kept[0]
-        size += path.stat().st_size
-        try:
-            with spec.CheckpointFile(path) as ck:
-                inspect = run([args.ckfmt, "inspect", "--json", path])
-                if inspect.returncode != 0:
-                    report.fail(group, f"{codec}: ckfmt inspect exit {inspect.returncode}")
-                    continue
-                compare_with_inspect(ck, json.loads(inspect.stdout), group, f"{codec} file", report)
-                codecs = {c.codec for e in ck.index.entries for p in e.pieces or [] for c in p.chunks}
-                if not codecs <= MAIN_JOB_CODEC_IDS[codec] or max(MAIN_JOB_CODEC_IDS[codec]) not in codecs:
-                    report.fail(group, f"{codec}: chunk codecs {sorted(codecs)}")
-                tree = ck.load()
-                tensors += compare_with_convert(ck, tree, args.ckfmt, out_dir, group, f"{codec}.ckfmt", report)
-                blobs += compare_blobs_with_convert(ck, tree, args.ckfmt, out_dir, group,
-                                                    f"{codec}.ckfmt", report)
-                entries += len(ck.index.entries)
-        except Exception as ex:
-            report.fail(group, f"{codec}: {outcome_of(ex)}")
-    return (f"engine files (ckfmt-main-job --size-mb {args.size_mb}, codecs {', '.join(MAIN_JOB_CODECS)}): "
-            f"{size / 2**20:.0f} MiB, {entries} entries; byte-identical to ckfmt convert: "
-            f"{tensors} tensors, {blobs} non-pickle blobs")
+        for path in kept:
+            codecs = check_engine_file(path, f"{codec} file", args, report, group, totals)
+            if codecs and (not codecs <= MAIN_JOB_CODEC_IDS[codec] or max(MAIN_JOB_CODEC_IDS[codec]) not in codecs):
+                report.fail(group, f"{codec}: chunk codecs {sorted(codecs)}")
+        jobs.append(f"--codec {codec}")
+    if args.dist_main_job and args.mpirun:
+        # 4 ranks save FSDP1-style flat ranges and FSDP2-style uneven row
+        # chunks into one file each (flattened and parallel saves).
+        out_dir = work / "dist-main-job"
+        shutil.rmtree(out_dir, ignore_errors=True)
+        out_dir.mkdir(parents=True)
+        res = run([args.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", 4, args.dist_main_job,
+                   "--params-mb", 2, "--dir", out_dir, "--keep"], timeout=300)
+        for path in kept_files(res, out_dir, 2, group, "ckfmt-dist-main-job", report):
+            check_engine_file(path, f"dist {path.name}", args, report, group, totals)
+        jobs.append("4-rank dist")
+    return (f"engine files ({', '.join(jobs)}; save modes {', '.join(sorted(totals['save_modes']))}): "
+            f"{totals['size'] / 2**20:.0f} MiB, {totals['entries']} entries; byte-identical to ckfmt convert: "
+            f"{totals['tensors']} tensors, {totals['blobs']} non-pickle blobs")
 
 
 # --- main ---------------------------------------------------------------------------------
@@ -407,12 +438,15 @@ def main():
     parser.add_argument("--vectors", type=Path, required=True, help="spec/vectors")
     parser.add_argument("--ckfmt", type=Path, required=True, help="the ckfmt CLI")
     parser.add_argument("--main-job", type=Path, help="ckfmt-main-job: also check engine-written files")
+    parser.add_argument("--dist-main-job", type=Path,
+                        help="ckfmt-dist-main-job, with --mpirun: also check a 4-rank job's files")
+    parser.add_argument("--mpirun", type=Path, help="mpirun, for --dist-main-job")
     parser.add_argument("--work", type=Path, help="scratch directory (default: a temporary one)")
     parser.add_argument("--flips", type=int, default=600, help="index bit flips per vector")
     parser.add_argument("--seed", type=int, default=20240601, help="seed of the bit-flip sample")
     parser.add_argument("--size-mb", type=int, default=4, help="ckfmt-main-job --size-mb")
     args = parser.parse_args()
-    for tool in [args.ckfmt] + ([args.main_job] if args.main_job else []):
+    for tool in [args.ckfmt] + [t for t in (args.main_job, args.dist_main_job, args.mpirun) if t]:
         if not os.access(tool, os.X_OK):
             print(f"FAIL: {tool} is not an executable")
             return 1
