@@ -10,7 +10,8 @@ Groups of checks, one summary line each (README.md has the details):
 reader regions (the reader's own §7 arithmetic), valid vectors (against
 NAME.inspect.json, `ckfmt convert` and vectors/README.md), invalid vectors
 (spec/vectors/invalid/invalid.json), index mutations (resealed bit flips and
-absent fields, reader against `ckfmt inspect`), engine files (--main-job,
+absent fields, reader against `ckfmt inspect`), chunk mutations (flipped bits
+in compressed chunks, reader against `ckfmt verify`), engine files (--main-job,
 --dist-main-job).
 
 Exit status: 0 all checks pass, 1 some failed (listed at the end),
@@ -46,6 +47,7 @@ sys.dont_write_bytecode = True      # leave no __pycache__ in the source tree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ckfmt_spec as spec  # noqa: E402
 from convert_outputs import read_safetensors, read_torch_blobs  # noqa: E402
+from chunk_mutations import chunk_mutations  # noqa: E402
 from index_mutations import index_mutations  # noqa: E402
 from inspect_view import describe, diff, dotted, key_text, with_ordered_metadata  # noqa: E402
 from reader_regions import check_reader_regions  # noqa: E402
@@ -359,6 +361,45 @@ def mutation_disagreement(verdict, mine, cli):
         yield from (f"both open, but {d}" for d in diff(theirs, with_ordered_metadata(mine))[:3])
 
 
+# --- c2. resealed chunk bit flips against `ckfmt verify` --------------------------------
+
+def chunk_verdict(path, chunk):
+    """'decodes' or the refusal of reading the entries that hold `chunk`."""
+    try:
+        with spec.CheckpointFile(path) as ck:
+            for e in ck.index.entries:
+                if any(c.offset == chunk.offset for p in e.pieces or [] for c in p.chunks):
+                    ck.read_entry(e)
+        return "decodes"
+    except Exception as ex:
+        return outcome_of(ex)
+
+
+def check_chunk_mutations(args, work, report):
+    group = "chunk mutations"
+    rng = random.Random(args.seed)
+    variants = refused = agreed = 0
+    out = work / "chunk-variant.ckfmt"
+    for path in sorted(args.vectors.glob("*.ckfmt")):
+        for label, variant, chunk in chunk_mutations(path, rng, args.chunk_flips):
+            out.write_bytes(variant)
+            mine = chunk_verdict(out, chunk)
+            cli = run([args.ckfmt, "verify", "--json", out])
+            variants += 1
+            refused += mine != "decodes"
+            if mine.startswith("CRASH") or cli.returncode not in (0, 1):
+                report.fail(group, f"{label}: reader {mine}, ckfmt verify exit {cli.returncode}")
+            elif (mine == "decodes") != (cli.returncode == 0):
+                report.fail(group, f"{label}: reader {mine}, ckfmt verify exit {cli.returncode}: "
+                                   f"{cli.stdout.strip()[-200:]}")
+            else:
+                agreed += 1
+    out.unlink(missing_ok=True)
+    return (f"chunk mutations (compressed chunks, checksums recomputed; {args.chunk_flips} per vector "
+            f"with any): {variants} variants, {refused} refused by the reader (D4, D5); reader and "
+            f"ckfmt verify agree on {agreed}")
+
+
 # --- d. files the engine writes -----------------------------------------------------------
 
 def check_engine_file(path, label, args, report, group, totals):
@@ -443,7 +484,9 @@ def main():
     parser.add_argument("--mpirun", type=Path, help="mpirun, for --dist-main-job")
     parser.add_argument("--work", type=Path, help="scratch directory (default: a temporary one)")
     parser.add_argument("--flips", type=int, default=600, help="index bit flips per vector")
-    parser.add_argument("--seed", type=int, default=20240601, help="seed of the bit-flip sample")
+    parser.add_argument("--chunk-flips", type=int, default=150,
+                        help="compressed-chunk variants per vector that has such chunks")
+    parser.add_argument("--seed", type=int, default=20240601, help="seed of the bit-flip samples")
     parser.add_argument("--size-mb", type=int, default=4, help="ckfmt-main-job --size-mb")
     args = parser.parse_args()
     for tool in [args.ckfmt] + [t for t in (args.main_job, args.dist_main_job, args.mpirun) if t]:
@@ -453,7 +496,8 @@ def main():
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="ckfmt-conformance-"))
     work.mkdir(parents=True, exist_ok=True)
     report = Report()
-    groups = [check_reader_regions, check_valid_vectors, check_invalid_vectors, check_index_mutations]
+    groups = [check_reader_regions, check_valid_vectors, check_invalid_vectors, check_index_mutations,
+              check_chunk_mutations]
     if args.main_job:
         groups.append(check_main_job)
     started = time.monotonic()
