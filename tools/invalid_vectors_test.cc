@@ -1,6 +1,7 @@
 // The invalid vectors of spec/vectors/invalid are what the generator makes,
 // byte for byte, and ckfmt refuses each as invalid.json says: when opening
-// (with an error of the listed kind), or when reading the listed entry.
+// (with an error of the listed kind), or when reading the listed entry, and
+// for the listed reason: the message cites the rule ("[FORMAT.md C3]").
 #include <gtest/gtest.h>
 #include <zstd.h>
 
@@ -67,23 +68,32 @@ TEST_P(InvalidVectorTest, GeneratorReproducesBytes) {
 
 TEST_P(InvalidVectorTest, Refused) {
   const InvalidVector& v = GetParam();
+  const std::string cite = "[FORMAT.md " + v.rule + "]";
   auto reader = CheckpointReader::Open(File().string());
   if (v.entry.empty()) {
     ASSERT_FALSE(reader.ok()) << v.name << " (" << v.rule << ") opened";
     EXPECT_EQ(reader.status().code(), v.refusal) << reader.status().ToString();
     EXPECT_NE(reader.status().message().find(File().string()), std::string::npos)
         << "the message does not name the file: " << reader.status().ToString();
+    EXPECT_NE(reader.status().message().find(cite), std::string::npos)
+        << "refused, but not for " << v.rule << ": " << reader.status().ToString();
   } else {
     ASSERT_TRUE(reader.ok()) << reader.status().ToString();
     auto tensor = (*reader)->ReadTensor(v.entry);
     ASSERT_FALSE(tensor.ok()) << v.name << " (" << v.rule << "): the entry was read";
     EXPECT_EQ(tensor.status().code(), v.refusal) << tensor.status().ToString();
+    EXPECT_NE(tensor.status().message().find(cite), std::string::npos)
+        << "refused, but not for " << v.rule << ": " << tensor.status().ToString();
   }
   // verify finds it too, with the same kind of problem.
   auto report = VerifyFile(File().string());
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   ASSERT_FALSE(report->problems.empty()) << v.name << " verifies";
   EXPECT_EQ(report->problems.front().code, v.refusal) << report->problems.front().message;
+  bool cited = false;
+  for (const auto& p : report->problems) cited |= p.message.find(cite) != std::string::npos;
+  EXPECT_TRUE(cited) << "verify does not report " << v.rule << ": "
+                     << report->problems.front().message;
 }
 
 INSTANTIATE_TEST_SUITE_P(Invalid, InvalidVectorTest, ::testing::ValuesIn(InvalidVectors()),

@@ -95,7 +95,7 @@ Status ChecksumMismatch(const File& file, const ChunkTask& t, uint64_t computed)
   char buf[80];
   std::snprintf(buf, sizeof buf, ": checksum mismatch (expected %016llx, computed %016llx)",
                 (unsigned long long)t.chunk->checksum, (unsigned long long)computed);
-  return Status::Corruption(Describe(file, t) + buf);
+  return Status::Corruption(Describe(file, t) + buf + SpecRule("D1"));
 }
 
 // Moves a chunk's raw bytes into place. Device copies are waited for, so

@@ -9,11 +9,7 @@ namespace ckfmt {
 Status CheckpointReader::Impl::Open(const std::string& path) {
   CKFMT_ASSIGN_OR_RETURN(file, File::OpenRead(path, options.io.direct_io));
   CKFMT_ASSIGN_OR_RETURN(file_size, file.Size());
-  if (file_size < kHeaderSize + kAlignment || !IsAligned(file_size)) {
-    return Status::Corruption(path + ": file size " + std::to_string(file_size) +
-                              " is not a multiple of 4096 of at least 8192 (truncated or not "
-                              "ckfmt)");
-  }
+  CKFMT_RETURN_IF_ERROR(CheckFileSize(file_size, path));
   AlignedBuffer block(kAlignment);
   CKFMT_RETURN_IF_ERROR(file.ReadAt(0, block.data(), kAlignment));
   CKFMT_ASSIGN_OR_RETURN(FileHeader header, DecodeHeader(block.data(), path));
@@ -23,12 +19,7 @@ Status CheckpointReader::Impl::Open(const std::string& path) {
   CKFMT_RETURN_IF_ERROR(CheckVersionsAgree(header, footer, path));
   AlignedBuffer raw(AlignUp(footer.index_length));
   CKFMT_RETURN_IF_ERROR(file.ReadAt(footer.index_offset, raw.data(), AlignUp(footer.index_length)));
-  uint64_t sum = Checksum(raw.data(), footer.index_length);
-  if (sum != footer.index_checksum) {
-    return Status::Corruption(path + ": index checksum mismatch (the footer records " +
-                              std::to_string(footer.index_checksum) + ", the index hashes to " +
-                              std::to_string(sum) + ")");
-  }
+  CKFMT_RETURN_IF_ERROR(CheckIndexChecksum(raw.data(), footer, path));
   CKFMT_ASSIGN_OR_RETURN(index, ParseIndex(raw.data(), footer.index_length, kHeaderSize,
                                            footer.index_offset, path));
   for (size_t i = 0; i < index.entries.size(); ++i) by_path.emplace(index.entries[i].path, i);

@@ -118,10 +118,8 @@ Status Verifier::Check() {
     header = DecodeHeader(block.data(), path);
     if (!header.ok()) Problem(header.status(), "header");
   }
-  if (size < kHeaderSize + kAlignment || !IsAligned(size)) {
-    Problem(StatusCode::kCorruption, "file", path + ": file size " + std::to_string(size) +
-                                                 " is not a multiple of 4096 of at least 8192 "
-                                                 "(truncated?)");
+  if (Status s = CheckFileSize(size, path); !s.ok()) {
+    Problem(s, "file");
     return Status::OK();
   }
   CKFMT_RETURN_IF_ERROR(file_.ReadAt(size - kAlignment, block.data(), kAlignment));
@@ -138,12 +136,8 @@ Status Verifier::Check() {
   AlignedBuffer tail(size - footer->index_offset);
   CKFMT_RETURN_IF_ERROR(file_.ReadAt(footer->index_offset, tail.data(), tail.size()));
   report_.bytes_checked += tail.size() + kHeaderSize;
-  uint64_t sum = Checksum(tail.data(), footer->index_length);
-  if (sum != footer->index_checksum) {
-    Problem(StatusCode::kCorruption, "index",
-            path + ": index checksum mismatch (footer records " +
-                std::to_string(footer->index_checksum) + ", index hashes to " +
-                std::to_string(sum) + ")");
+  if (Status s = CheckIndexChecksum(tail.data(), *footer, path); !s.ok()) {
+    Problem(s, "index");
     return Status::OK();
   }
   if (auto p = NonzeroPadding(tail.data() + footer->index_length, index_end,

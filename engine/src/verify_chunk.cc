@@ -26,9 +26,9 @@ std::string StoredBytesProblem(const ChunkRecord& c, const uint8_t* stored) {
     char buf[96];
     std::snprintf(buf, sizeof buf, "checksum mismatch (expected %016llx, computed %016llx)",
                   (unsigned long long)c.checksum, (unsigned long long)sum);
-    return buf;
+    return buf + SpecRule("D1");
   }
-  if (!IsKnownCodec(c.codec)) return "unknown codec id " + std::to_string(c.codec);
+  if (!IsKnownCodec(c.codec)) return "unknown codec id " + std::to_string(c.codec) + SpecRule("D2");
   return "";
 }
 
@@ -70,6 +70,11 @@ std::string ChunkChecker::Explain(const ChunkRecord& c, const uint8_t* stored) {
     return s.ok() ? "" : s.message();
   }
   if (c.codec != uint8_t(Codec::kZstd)) return "";
+  std::string problem = ExplainZstd(c, stored);
+  return problem.empty() ? "" : problem + SpecRule("D4");
+}
+
+std::string ChunkChecker::ExplainZstd(const ChunkRecord& c, const uint8_t* stored) {
   // A stream decoder would take a skippable frame for the frame and then
   // complain of what follows it.
   if (c.stored_size < 4 || GetU32(stored) != ZSTD_MAGICNUMBER) {

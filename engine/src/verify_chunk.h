@@ -27,6 +27,7 @@ class ChunkChecker {
  private:
   bool Fine(const ChunkRecord& c, const uint8_t* stored);
   std::string Explain(const ChunkRecord& c, const uint8_t* stored);
+  std::string ExplainZstd(const ChunkRecord& c, const uint8_t* stored);  // without the rule
 
   ZSTD_DCtx* dctx_;
   std::vector<uint8_t> raw_;   // decoded bytes, at most one chunk's raw size

@@ -97,14 +97,15 @@ Status DecodeChunk(uint8_t codec, const void* stored, size_t stored_size, void* 
     case 0:
       if (stored_size != raw_size) {
         return Status::Corruption("uncompressed chunk stores " + std::to_string(stored_size) +
-                                  " bytes but its raw size is " + std::to_string(raw_size));
+                                  " bytes but its raw size is " + std::to_string(raw_size) +
+                                  SpecRule("C2"));
       }
       if (raw_size) std::memcpy(out, stored, raw_size);
       return Status::OK();
     case 1: {
       std::string problem = DecodeOneZstdFrame(static_cast<const uint8_t*>(stored), stored_size,
                                                static_cast<uint8_t*>(out), raw_size);
-      if (!problem.empty()) return Status::Corruption("zstd chunk " + problem);
+      if (!problem.empty()) return Status::Corruption("zstd chunk " + problem + SpecRule("D4"));
       return Status::OK();
     }
     case 2:
@@ -113,7 +114,7 @@ Status DecodeChunk(uint8_t codec, const void* stored, size_t stored_size, void* 
     default:
       return Status::Unsupported("chunk codec id " + std::to_string(codec) +
                                  " is unknown to this reader (known: 0 none, 1 zstd, "
-                                 "2 byteplane-zstd)");
+                                 "2 byteplane-zstd)" + SpecRule("D2"));
   }
 }
 

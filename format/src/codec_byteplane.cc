@@ -487,7 +487,9 @@ Result<size_t> EncodeBytePlanes(int level, size_t e, const uint8_t* raw, size_t 
 }
 
 Status DecodeBytePlanes(const uint8_t* in, size_t stored_size, uint8_t* out, size_t raw_size) {
-  auto bad = [](const std::string& m) { return Status::Corruption("byte-plane chunk: " + m); };
+  auto bad = [](const std::string& m) {
+    return Status::Corruption("byte-plane chunk: " + m + SpecRule("D5"));
+  };
   if (stored_size < 2) return bad("shorter than its header");
   const size_t e = in[0];
   if (e < 1 || e > kMaxElement || in[1] != 0) {

@@ -36,12 +36,13 @@ bool AllZero(const uint8_t* p, size_t n) {
   return true;
 }
 
-Status CheckMajor(uint16_t major, uint16_t minor, const std::string& file, const char* where) {
+Status CheckMajor(uint16_t major, uint16_t minor, const std::string& file, const char* where,
+                  const char* rule) {
   if (major != kMajorVersion) {
     return Status::Unsupported(file + ": " + where + " says format version " +
                                std::to_string(major) + "." + std::to_string(minor) +
                                "; this reader reads major version " +
-                               std::to_string(kMajorVersion) + " only");
+                               std::to_string(kMajorVersion) + " only" + SpecRule(rule));
   }
   return Status::OK();
 }
@@ -58,18 +59,19 @@ void EncodeHeader(const FileHeader& h, uint8_t out[kHeaderSize]) {
 
 Result<FileHeader> DecodeHeader(const uint8_t in[kHeaderSize], const std::string& file) {
   if (std::memcmp(in + kHdrMagic, kHeaderMagic.data(), kHeaderMagic.size()) != 0) {
-    return Status::Corruption(file + ": not a ckfmt file (header magic mismatch)");
+    return Status::Corruption(file + ": not a ckfmt file (header magic mismatch)" + SpecRule("H1"));
   }
   FileHeader h;
   h.major = GetU16(in + kHdrMajor);
   h.minor = GetU16(in + kHdrMinor);
-  CKFMT_RETURN_IF_ERROR(CheckMajor(h.major, h.minor, file, "header"));
+  CKFMT_RETURN_IF_ERROR(CheckMajor(h.major, h.minor, file, "header", "H2"));
   if (GetU32(in + kHdrFlags) != 0) {
     return Status::Corruption(file + ": header flags must be zero, found " +
-                              std::to_string(GetU32(in + kHdrFlags)));
+                              std::to_string(GetU32(in + kHdrFlags)) + SpecRule("H3"));
   }
   if (!AllZero(in + kHdrEnd, kHeaderSize - kHdrEnd)) {
-    return Status::Corruption(file + ": header reserved bytes 16..4095 are not zero");
+    return Status::Corruption(file + ": header reserved bytes 16..4095 are not zero" +
+                              SpecRule("H4"));
   }
   return h;
 }
@@ -89,12 +91,14 @@ void EncodeFooter(const FileFooter& f, uint8_t out[kFooterSize]) {
 Result<FileFooter> DecodeFooter(const uint8_t in[kFooterSize], uint64_t file_size,
                                 const std::string& file) {
   if (std::memcmp(in + kFtMagic, kFooterMagic.data(), kFooterMagic.size()) != 0) {
-    return Status::Corruption(file + ": footer magic mismatch (file truncated or not ckfmt)");
+    return Status::Corruption(file + ": footer magic mismatch (file truncated or not ckfmt)" +
+                              SpecRule("F1"));
   }
   uint64_t want = Checksum(in, kFtChecksum), found = GetU64(in + kFtChecksum);
   if (want != found) {
     return Status::Corruption(file + ": footer checksum mismatch (expected " +
-                              std::to_string(want) + ", found " + std::to_string(found) + ")");
+                              std::to_string(want) + ", found " + std::to_string(found) + ")" +
+                              SpecRule("F2"));
   }
   FileFooter f;
   f.index_offset = GetU64(in + kFtIndexOffset);
@@ -102,28 +106,31 @@ Result<FileFooter> DecodeFooter(const uint8_t in[kFooterSize], uint64_t file_siz
   f.index_checksum = GetU64(in + kFtIndexChecksum);
   f.major = GetU16(in + kFtMajor);
   f.minor = GetU16(in + kFtMinor);
-  CKFMT_RETURN_IF_ERROR(CheckMajor(f.major, f.minor, file, "footer"));
+  CKFMT_RETURN_IF_ERROR(CheckMajor(f.major, f.minor, file, "footer", "F3"));
   if (GetU32(in + kFtFlags) != 0 || !AllZero(in + kFtReserved, kFtChecksum - kFtReserved)) {
-    return Status::Corruption(file + ": footer flags or reserved bytes are not zero");
+    return Status::Corruption(file + ": footer flags or reserved bytes are not zero" +
+                              SpecRule("F4"));
   }
-  if (!IsAligned(file_size) || file_size < kHeaderSize + kAlignment) {
-    return Status::Corruption(file + ": file size " + std::to_string(file_size) +
-                              " is not a multiple of 4096 of at least 8192 (truncated?)");
-  }
-  uint64_t index_space = file_size - kFooterSize;
-  if (!IsAligned(f.index_offset) || f.index_offset < kHeaderSize ||
-      f.index_offset > index_space || f.index_length > index_space - f.index_offset ||
-      f.index_length > kMaxIndexSize) {
+  CKFMT_RETURN_IF_ERROR(CheckFileSize(file_size, file));
+  const uint64_t index_space = file_size - kFooterSize;
+  const char* rule = !IsAligned(f.index_offset) || f.index_offset < kHeaderSize ? "F5"
+                     : f.index_offset > index_space ||
+                             f.index_length > index_space - f.index_offset
+                         ? "F6"
+                     : f.index_length > kMaxIndexSize ? "F7"
+                                                      : nullptr;
+  if (rule) {
     return Status::Corruption(file + ": footer places the index at [" +
                               std::to_string(f.index_offset) + ", +" +
                               std::to_string(f.index_length) + ") outside the file's " +
-                              std::to_string(file_size) + " bytes or unaligned");
+                              std::to_string(file_size) + " bytes or unaligned" + SpecRule(rule));
   }
   if (AlignUp(f.index_offset + f.index_length + kFooterSize) != file_size) {
     return Status::Corruption(file + ": " + std::to_string(file_size - f.index_offset -
                                                            f.index_length - kFooterSize) +
                               " bytes between index and footer; expected fewer than 4096 (the "
-                              "footer ends the first aligned block after the index)");
+                              "footer ends the first aligned block after the index)" +
+                              SpecRule("F8"));
   }
   return f;
 }
@@ -132,7 +139,27 @@ Status CheckVersionsAgree(const FileHeader& h, const FileFooter& f, const std::s
   if (h.major != f.major || h.minor != f.minor) {
     return Status::Corruption(file + ": header says version " + std::to_string(h.major) + "." +
                               std::to_string(h.minor) + ", footer says " +
-                              std::to_string(f.major) + "." + std::to_string(f.minor));
+                              std::to_string(f.major) + "." + std::to_string(f.minor) +
+                              SpecRule("H5"));
+  }
+  return Status::OK();
+}
+
+Status CheckFileSize(uint64_t file_size, const std::string& file) {
+  if (!IsAligned(file_size) || file_size < kHeaderSize + kAlignment) {
+    return Status::Corruption(file + ": file size " + std::to_string(file_size) +
+                              " is not a multiple of 4096 of at least 8192 (truncated or not "
+                              "ckfmt)" + SpecRule("L1"));
+  }
+  return Status::OK();
+}
+
+Status CheckIndexChecksum(const uint8_t* index, const FileFooter& f, const std::string& file) {
+  const uint64_t sum = Checksum(index, f.index_length);
+  if (sum != f.index_checksum) {
+    return Status::Corruption(file + ": index checksum mismatch (the footer records " +
+                              std::to_string(f.index_checksum) + ", the index hashes to " +
+                              std::to_string(sum) + ")" + SpecRule("X1"));
   }
   return Status::OK();
 }

@@ -11,8 +11,9 @@ struct Ctx {
   const std::string& file;
   const uint8_t* base;  // start of the index buffer
   size_t entry = 0;
-  Status Err(const std::string& what) const {
-    return Status::Corruption(file + ": index entry " + std::to_string(entry) + ": " + what);
+  Status Err(const std::string& what, const char* rule) const {
+    return Status::Corruption(file + ": index entry " + std::to_string(entry) + ": " + what +
+                              SpecRule(rule));
   }
   // FlatBuffers 2.0.8's verifier checks only the 4-byte alignment of a
   // vector's length; 8-byte elements must be naturally aligned (rule X3)
@@ -23,7 +24,7 @@ struct Ctx {
     if (v && v->size() > 0 &&
         (reinterpret_cast<const uint8_t*>(v->Data()) - base) % alignof(T) != 0) {
       return Err(std::string(what) + " vector is not " + std::to_string(alignof(T)) +
-                 "-byte aligned");
+                 "-byte aligned", "X3");
     }
     return Status::OK();
   }
@@ -46,26 +47,27 @@ Result<Region> ParseRegion(const Ctx& ctx, fb::Region type, const void* value) {
     CKFMT_ASSIGN_OR_RETURN(auto lengths, ToVec(ctx, b->lengths(), "box lengths"));
     return Region::Box(std::move(offsets), std::move(lengths));
   }
-  return ctx.Err("region has unknown type " + std::to_string(int(type)));
+  return ctx.Err("region has unknown type " + std::to_string(int(type)), "G1");
 }
 
 Result<EntryRecord> ParseEntry(const Ctx& ctx, const fb::Entry& fe) {
   EntryRecord e;
   for (const fb::PathElem* pe : *fe.path()) {
     if (pe->kind() == fb::PathKind::Key) {
-      if (!pe->key()) return ctx.Err("key path component of kind Key has no key");
-      if (pe->index() != 0) return ctx.Err("key path component of kind Key has an index");
+      if (!pe->key()) return ctx.Err("key path component of kind Key has no key", "P2");
+      if (pe->index() != 0) return ctx.Err("key path component of kind Key has an index", "P2");
       e.path.emplace_back(pe->key()->str());
     } else if (pe->kind() == fb::PathKind::Index) {
-      if (pe->key()) return ctx.Err("key path component of kind Index has a key");
+      if (pe->key()) return ctx.Err("key path component of kind Index has a key", "P3");
       e.path.emplace_back(pe->index());
     } else {
-      return ctx.Err("key path component has unknown kind " + std::to_string(int(pe->kind())));
+      return ctx.Err("key path component has unknown kind " + std::to_string(int(pe->kind())),
+                     "P1");
     }
   }
   auto kind = static_cast<uint8_t>(fe.kind());
   if (kind < 1 || kind > static_cast<uint8_t>(EntryKind::kList)) {
-    return ctx.Err("unknown entry kind " + std::to_string(kind));
+    return ctx.Err("unknown entry kind " + std::to_string(kind), "E1");
   }
   e.kind = static_cast<EntryKind>(kind);
   e.int_value = fe.int_value();
@@ -77,32 +79,33 @@ Result<EntryRecord> ParseEntry(const Ctx& ctx, const fb::Entry& fe) {
   if (!e.HasData()) {
     if (fe.shape() || fe.pieces() || fe.saved_layout() || fe.partial() ||
         fe.dtype() != fb::DType::Invalid) {
-      return ctx.Err(std::string(EntryKindName(e.kind)) + " entry carries tensor fields");
+      return ctx.Err(std::string(EntryKindName(e.kind)) + " entry carries tensor fields", "E2");
     }
     if ((e.kind != EntryKind::kString && fe.string_value()) ||
         fe.content_type() || (e.kind != EntryKind::kInt && fe.int_value() != 0) ||
         (e.kind != EntryKind::kFloat && fe.float_value() != 0) ||
         (e.kind != EntryKind::kBool && fe.bool_value())) {
-      return ctx.Err(std::string(EntryKindName(e.kind)) + " entry carries another kind's value");
+      return ctx.Err(std::string(EntryKindName(e.kind)) + " entry carries another kind's value",
+                     "E3");
     }
     if (e.kind == EntryKind::kString && !fe.string_value()) {
-      return ctx.Err("string entry has no string_value");
+      return ctx.Err("string entry has no string_value", "E4");
     }
     return e;
   }
   if (fe.string_value() || fe.int_value() != 0 || fe.float_value() != 0 || fe.bool_value()) {
-    return ctx.Err("tensor entry carries a scalar value");
+    return ctx.Err(std::string(EntryKindName(e.kind)) + " entry carries a scalar value", "E5");
   }
   if (e.kind == EntryKind::kBytes && !fe.content_type()) {
-    return ctx.Err("bytes entry has no content_type");
+    return ctx.Err("bytes entry has no content_type", "E6");
   }
   if (e.kind == EntryKind::kTensor && fe.content_type()) {
-    return ctx.Err("tensor entry carries a content_type");
+    return ctx.Err("tensor entry carries a content_type", "E6");
   }
   auto dtype = DTypeFromId(static_cast<uint8_t>(fe.dtype()));
-  if (!dtype) return ctx.Err("unknown dtype id " + std::to_string(int(fe.dtype())));
+  if (!dtype) return ctx.Err("unknown dtype id " + std::to_string(int(fe.dtype())), "E7");
   e.dtype = *dtype;
-  if (!fe.shape()) return ctx.Err("tensor entry has no shape");
+  if (!fe.shape()) return ctx.Err(std::string(EntryKindName(e.kind)) + " entry has no shape", "E8");
   CKFMT_ASSIGN_OR_RETURN(e.shape, ToVec(ctx, fe.shape(), "shape"));
   if (fe.pieces()) {
     for (const fb::Piece* fp : *fe.pieces()) {
@@ -135,13 +138,13 @@ Result<EntryRecord> ParseEntry(const Ctx& ctx, const fb::Entry& fe) {
 Result<IndexRecord> ParseIndex(const uint8_t* data, size_t size, uint64_t data_begin,
                                uint64_t data_end, const std::string& file) {
   if (size < 8 || !flatbuffers::BufferHasIdentifier(data, fb::IndexIdentifier())) {
-    return Status::Corruption(file + ": index lacks the \"CKIX\" identifier");
+    return Status::Corruption(file + ": index lacks the \"CKIX\" identifier" + SpecRule("X2"));
   }
   // Depth and table limits are generous for real checkpoints (millions of
   // chunks) but bound a hostile file's verification cost.
   flatbuffers::Verifier verifier(data, size, /*max_depth=*/16, /*max_tables=*/1u << 28);
   if (!fb::VerifyIndexBuffer(verifier)) {
-    return Status::Corruption(file + ": index fails FlatBuffers verification");
+    return Status::Corruption(file + ": index fails FlatBuffers verification" + SpecRule("X3"));
   }
   const fb::Index* fi = fb::GetIndex(data);
   IndexRecord index;

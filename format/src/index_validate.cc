@@ -49,7 +49,7 @@ bool BoxesIntersect(const Region& a, const Region& b) {
 
 Status Overlap(const EntryRecord& e, const Region& a, const Region& b) {
   return Status::Corruption("pieces " + a.ToString() + " and " + b.ToString() + " of " +
-                            FormatKeyPath(e.path) + " overlap");
+                            FormatKeyPath(e.path) + " overlap" + SpecRule("T3"));
 }
 
 // Disjointness. Flat ranges: sort and sweep. Boxes: sweep on dim 0 (0-d
@@ -105,7 +105,7 @@ Status CheckCoverage(const EntryRecord& e, uint64_t* budget) {
       return Status::Unsupported(
           FormatKeyPath(e.path) + ": checking that its " + std::to_string(e.pieces.size()) +
           " pieces do not overlap exceeds what is left of the reader's work limit (2^26 region "
-          "comparisons per index, shared by all its entries)");
+          "comparisons per index, shared by all its entries)" + SpecRule("T3"));
     }
     *budget -= units;
     return Status::OK();
@@ -130,13 +130,13 @@ Status CheckCoverage(const EntryRecord& e, uint64_t* budget) {
   if (!excess && !e.partial && covered != total) {
     return Status::Corruption(FormatKeyPath(e.path) + ": pieces cover " + std::to_string(covered) +
                               " of " + std::to_string(total) +
-                              " elements and the entry is not marked partial");
+                              " elements and the entry is not marked partial" + SpecRule("T2"));
   }
   Status overlap = FindOverlap(e, flats, boxes, charge);
   if (excess && overlap.code() != StatusCode::kCorruption) {
     // Only if the work limit stopped the sweep: the count alone proves it.
     return Status::Corruption(FormatKeyPath(e.path) + ": pieces hold more elements than the "
-                              "tensor's " + std::to_string(total));
+                              "tensor's " + std::to_string(total) + SpecRule("T2"));
   }
   return overlap;
 }
@@ -162,56 +162,61 @@ struct OpenContainer {
 Status CheckData(const EntryRecord& e, const std::string& where, uint64_t data_begin,
                  uint64_t data_end, uint32_t world_size, uint64_t* budget,
                  std::vector<Extent>& extents) {
-  auto err = [&](const std::string& m) { return Status::Corruption(where + ": " + m); };
+  auto err = [&](const std::string& m, const char* rule) {
+    return Status::Corruption(where + ": " + m + SpecRule(rule));
+  };
+  auto region_rule = [](const Region& r) { return r.kind == Region::Kind::kFlat ? "G3" : "G2"; };
   if (e.kind == EntryKind::kBytes && (e.dtype != DType::kU8 || e.shape.size() != 1)) {
-    return err("bytes entry must be a 1-d uint8 array");
+    return err("bytes entry must be a 1-d uint8 array", "E9");
   }
   auto numel = NumElements(e.shape);
-  if (!numel.ok()) return err(numel.status().message());
+  if (!numel.ok()) return err(numel.status().message(), "T1");
   const uint64_t esize = DTypeSize(e.dtype);
-  if (!ShapeBytes(e.shape, esize).ok()) return err("tensor byte size overflows 64 bits");
+  if (!ShapeBytes(e.shape, esize).ok()) return err("tensor byte size overflows 64 bits", "T1");
   for (const auto& p : e.pieces) {
     if (p.rank >= world_size) {
       return err("piece from rank " + std::to_string(p.rank) + " but the world size is " +
-                 std::to_string(world_size));
+                 std::to_string(world_size), "X6");
     }
-    if (Status s = ValidateRegion(p.region, e.shape); !s.ok()) return err(s.message());
+    if (Status s = ValidateRegion(p.region, e.shape); !s.ok()) {
+      return err(s.message(), region_rule(p.region));
+    }
     uint64_t want = p.region.NumElements() * esize, have = 0;
     for (const auto& c : p.chunks) {
       std::string chunk = "chunk at offset " + std::to_string(c.offset);
       if (c.raw_size == 0 || c.raw_size % esize != 0 || c.raw_size > kMaxChunkRawSize) {
         return err(chunk + " has raw size " + std::to_string(c.raw_size) +
                    "; expected a positive multiple of " + std::to_string(esize) + " up to " +
-                   std::to_string(kMaxChunkRawSize));
+                   std::to_string(kMaxChunkRawSize), "C1");
       }
       if (c.stored_size == 0 || (c.codec == uint8_t(Codec::kNone) && c.stored_size != c.raw_size)) {
         return err(chunk + " has stored size " + std::to_string(c.stored_size) +
-                   " for raw size " + std::to_string(c.raw_size));
+                   " for raw size " + std::to_string(c.raw_size), "C2");
       }
       if (!IsAligned(c.offset) || c.offset < data_begin || c.offset > data_end ||
           c.stored_size > data_end - c.offset) {
         return err(chunk + " (+" + std::to_string(c.stored_size) +
                    ") is unaligned or outside the data region [" + std::to_string(data_begin) +
-                   ", " + std::to_string(data_end) + ")");
+                   ", " + std::to_string(data_end) + ")", "C3");
       }
       if (c.raw_size > want - have) {
-        return err("chunks hold more than the piece's " + std::to_string(want) + " bytes");
+        return err("chunks hold more than the piece's " + std::to_string(want) + " bytes", "C4");
       }
       have += c.raw_size;
       extents.push_back({c.offset, c.stored_size, &e});
     }
     if (have != want) {
       return err("chunks of piece " + p.region.ToString() + " hold " + std::to_string(have) +
-                 " bytes; expected " + std::to_string(want));
+                 " bytes; expected " + std::to_string(want), "C4");
     }
   }
   for (const auto& s : e.saved_layout) {
     if (s.rank >= world_size) {
       return err("saved layout names rank " + std::to_string(s.rank) + " but the world size is " +
-                 std::to_string(world_size));
+                 std::to_string(world_size), "X6");
     }
     if (Status st = ValidateRegion(s.region, e.shape); !st.ok()) {
-      return err("saved layout: " + st.message());
+      return err("saved layout: " + st.message(), region_rule(s.region));
     }
   }
   if (Status s = CheckCoverage(e, budget); !s.ok()) return Status(s.code(), where + ": " + s.message());
@@ -222,11 +227,14 @@ Status CheckData(const EntryRecord& e, const std::string& where, uint64_t data_b
 
 Status ValidateIndex(const IndexRecord& index, uint64_t data_begin, uint64_t data_end,
                      const std::string& file) {
-  if (index.world_size == 0) return Status::Corruption(file + ": index world_size is 0");
+  if (index.world_size == 0) {
+    return Status::Corruption(file + ": index world_size is 0" + SpecRule("X5"));
+  }
   std::set<std::string> meta_keys;
   for (const auto& [k, v] : index.metadata) {
     if (!meta_keys.insert(k).second) {
-      return Status::Corruption(file + ": user metadata key \"" + k + "\" appears twice");
+      return Status::Corruption(file + ": user metadata key \"" + k + "\" appears twice" +
+                                SpecRule("X4"));
     }
   }
   std::vector<OpenContainer> open;
@@ -237,24 +245,26 @@ Status ValidateIndex(const IndexRecord& index, uint64_t data_begin, uint64_t dat
     const EntryRecord& e = index.entries[i];
     std::string where = file + ": index entry " + std::to_string(i) + " (" +
                         FormatKeyPath(e.path) + ")";
-    if (e.path.empty()) return Status::Corruption(where + ": empty key path");
+    if (e.path.empty()) return Status::Corruption(where + ": empty key path" + SpecRule("P4"));
     KeyPath parent(e.path.begin(), e.path.end() - 1);
     while (!open.empty() && open.back().path != parent) open.pop_back();
     if (open.empty()) {
       return Status::Corruption(where + ": entries are not in pre-order, or its parent is not "
-                                "a dict or list entry");
+                                "a dict or list entry" + SpecRule("P5"));
     }
     OpenContainer& top = open.back();
     const PathComponent& last = e.path.back();
     if (top.kind == EntryKind::kDict) {
       const std::string* key = std::get_if<std::string>(&last);
-      if (!key) return Status::Corruption(where + ": a list index inside a dict");
-      if (!top.keys.insert(*key).second) return Status::Corruption(where + ": duplicate key path");
+      if (!key) return Status::Corruption(where + ": a list index inside a dict" + SpecRule("P6"));
+      if (!top.keys.insert(*key).second) {
+        return Status::Corruption(where + ": duplicate key path" + SpecRule("P8"));
+      }
     } else {
       const uint64_t* idx = std::get_if<uint64_t>(&last);
       if (!idx || *idx != top.next_child) {
         return Status::Corruption(where + ": list children must be indices in order; expected [" +
-                                  std::to_string(top.next_child) + "]");
+                                  std::to_string(top.next_child) + "]" + SpecRule("P7"));
       }
       ++top.next_child;
     }
@@ -272,7 +282,7 @@ Status ValidateIndex(const IndexRecord& index, uint64_t data_begin, uint64_t dat
                                 FormatKeyPath(extents[i - 1].entry->path) +
                                 ") overlaps the chunk at offset " +
                                 std::to_string(extents[i].offset) + " (" +
-                                FormatKeyPath(extents[i].entry->path) + ")");
+                                FormatKeyPath(extents[i].entry->path) + ")" + SpecRule("C5"));
     }
   }
   return Status::OK();

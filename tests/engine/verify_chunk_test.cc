@@ -55,17 +55,18 @@ TEST(ChunkCheckerTest, BytePlaneStreamErrorsBehindAGoodChecksum) {
   };
   const Case cases[] = {
       {"unknown plane mode", [](std::vector<uint8_t>& b) { b[2] = 7; },
-       "byte-plane chunk: plane 0 has unknown mode 7"},
+       "byte-plane chunk: plane 0 has unknown mode 7 [FORMAT.md D5]"},
       {"zstd plane garbled",
        [](std::vector<uint8_t>& b) {
          size_t off = 2 + 5 * 4;  // past the header: planes 0-2, then plane 3's frame
          for (int p = 0; p < 3; ++p) off += GetU32(&b[2 + 5 * p + 1]);
          for (size_t i = off; i < off + 8; ++i) b[i] ^= 0xff;  // the zstd frame's header
        },
-       "byte-plane chunk: plane 3 is not a zstd frame"},
+       "byte-plane chunk: plane 3 is not a zstd frame [FORMAT.md D5]"},
       {"trailing byte", [](std::vector<uint8_t>& b) { b.push_back(0); },
-       "byte-plane chunk: 1 bytes follow the last plane"},
-      {"wrong raw size", nullptr, "byte-plane chunk: raw size 40001 is not a multiple of element size 4"},
+       "byte-plane chunk: 1 bytes follow the last plane [FORMAT.md D5]"},
+      {"wrong raw size", nullptr,
+       "byte-plane chunk: raw size 40001 is not a multiple of element size 4 [FORMAT.md D5]"},
   };
   for (const Case& c : cases) {
     std::vector<uint8_t> bad = good;
@@ -88,7 +89,7 @@ TEST(ChunkCheckerTest, WithoutDecodingChecksumAndCodecAreStillChecked) {
   ChunkRecord r = Record(stored, raw_size);
   EXPECT_EQ(checker.Check(r, stored.data(), /*decode=*/false), "");
   r.codec = 9;
-  EXPECT_EQ(checker.Check(r, stored.data(), /*decode=*/false), "unknown codec id 9");
+  EXPECT_EQ(checker.Check(r, stored.data(), /*decode=*/false), "unknown codec id 9 [FORMAT.md D2]");
   r = Record(stored, raw_size);
   stored[100] ^= 1;
   EXPECT_TRUE(checker.Check(r, stored.data(), /*decode=*/false).starts_with("checksum mismatch ("))
@@ -110,9 +111,10 @@ TEST(ChunkCheckerTest, ZstdChunkThatIsNotOneFrame) {
     std::string expect;
   };
   std::vector<Case> cases = {
-      {"skippable frame first", skippable, "zstd chunk does not start with a zstd frame's magic number"},
-      {"raw bytes", raw, "zstd chunk does not start with a zstd frame's magic number"},
-      {"second frame", frame, "bytes follow the end of the zstd frame"},
+      {"skippable frame first", skippable,
+       "zstd chunk does not start with a zstd frame's magic number [FORMAT.md D4]"},
+      {"raw bytes", raw, "zstd chunk does not start with a zstd frame's magic number [FORMAT.md D4]"},
+      {"second frame", frame, "bytes follow the end of the zstd frame [FORMAT.md D4]"},
   };
   cases[0].stored.insert(cases[0].stored.end(), frame.begin(), frame.end());
   cases[2].stored.insert(cases[2].stored.end(), frame.begin(), frame.end());

@@ -182,7 +182,7 @@ TEST(CodecTest, ZstdChunkIsExactlyOneRegularFrame) {
   for (const auto& [stored, message] : cases) {
     Status st = DecodeChunk(1, stored.data(), stored.size(), out.data(), n);
     EXPECT_EQ(st.code(), StatusCode::kCorruption) << message;
-    EXPECT_EQ(st.message(), message);
+    EXPECT_EQ(st.message(), message + " [FORMAT.md D4]");
   }
   ASSERT_EQ(EmptyFrame().size(), 9u);
 }
@@ -213,7 +213,7 @@ TEST(CodecTest, ZstdWindowAboveTheLimitIsCorruption) {
   EXPECT_EQ(st.code(), StatusCode::kCorruption);
   EXPECT_EQ(st.message(),
             "zstd chunk declares a zstd window of 268435456 bytes, more than the 134217728 "
-            "allowed");
+            "allowed [FORMAT.md D4]");
 }
 
 TEST(CodecTest, ZstdWrongRawSizeIsCorruption) {
@@ -534,7 +534,7 @@ TEST_F(BytePlaneCorruptionTest, ZstdPlaneIsExactlyOneRegularFrame) {
     const std::string bad = with_plane(payload);
     Status st = DecodeChunk(2, bad.data(), bad.size(), out.data(), raw.size());
     EXPECT_EQ(st.code(), StatusCode::kCorruption) << message;
-    EXPECT_EQ(st.message(), message);
+    EXPECT_EQ(st.message(), message + " [FORMAT.md D5]");
   }
   const std::string same = with_plane(frame);  // the edit itself keeps a good chunk good
   EXPECT_TRUE(DecodeChunk(2, same.data(), same.size(), out.data(), raw.size()).ok());

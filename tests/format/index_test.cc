@@ -795,12 +795,14 @@ TEST_F(IndexRejectTest, CheckCoverageDirectly) {
   // Ten elements in a tensor of nine: the refusal names the pair that share one.
   Status s = CheckCoverage(e);
   EXPECT_EQ(s.code(), StatusCode::kCorruption);
-  EXPECT_EQ(s.message(), "pieces flat[8, 9) and box[0:3, 2:3] of c overlap") << s.ToString();
+  EXPECT_EQ(s.message(), "pieces flat[8, 9) and box[0:3, 2:3] of c overlap [FORMAT.md T3]")
+      << s.ToString();
   // The same excess, with no work budget left to find the pair: still corrupt.
   uint64_t no_budget = 0;
   s = CheckCoverage(e, &no_budget);
   EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
-  EXPECT_EQ(s.message(), "c: pieces hold more elements than the tensor's 9") << s.ToString();
+  EXPECT_EQ(s.message(), "c: pieces hold more elements than the tensor's 9 [FORMAT.md T2]")
+      << s.ToString();
   e.partial = true;
   EXPECT_EQ(CheckCoverage(e).code(), StatusCode::kCorruption);  // overlap even if partial
 }

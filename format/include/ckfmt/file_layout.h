@@ -78,6 +78,14 @@ Result<FileFooter> DecodeFooter(const uint8_t in[kFooterSize], uint64_t file_siz
 // the header's version bytes would go unnoticed).
 Status CheckVersionsAgree(const FileHeader& h, const FileFooter& f, const std::string& file);
 
+// A whole number of blocks, at least a header and a footer block (L1).
+// DecodeFooter checks it too; readers call it before reading either end.
+Status CheckFileSize(uint64_t file_size, const std::string& file);
+
+// The index bytes `index` (f.index_length of them) hash to the footer's
+// index_checksum (X1). Nothing in the index is read before this holds.
+Status CheckIndexChecksum(const uint8_t* index, const FileFooter& f, const std::string& file);
+
 // Little-endian helpers.
 void PutU16(uint8_t* p, uint16_t v);
 void PutU32(uint8_t* p, uint32_t v);

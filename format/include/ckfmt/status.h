@@ -29,6 +29,10 @@ enum class StatusCode {
 
 const char* StatusCodeName(StatusCode code);
 
+// " [FORMAT.md R]": ends the message of an error caused by a file that
+// breaks rule R of spec/FORMAT.md, so whoever wrote the file can look it up.
+inline std::string SpecRule(const char* rule) { return std::string(" [FORMAT.md ") + rule + "]"; }
+
 class [[nodiscard]] Status {
  public:
   Status() = default;
