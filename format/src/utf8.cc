@@ -5,32 +5,40 @@
 
 namespace ckfmt {
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence at p[0, n) (RFC 3629: no
+// overlong forms, no surrogates, nothing above U+10FFFF), or 0 if none.
+size_t SequenceLength(const uint8_t* p, size_t n) {
+  const uint8_t c = p[0];
+  if (c < 0x80) return 1;
+  size_t len;
+  uint32_t cp, min;
+  if ((c & 0xe0) == 0xc0) {
+    len = 2, cp = c & 0x1f, min = 0x80;
+  } else if ((c & 0xf0) == 0xe0) {
+    len = 3, cp = c & 0x0f, min = 0x800;
+  } else if ((c & 0xf8) == 0xf0) {
+    len = 4, cp = c & 0x07, min = 0x10000;
+  } else {
+    return 0;  // a continuation byte or 0xf8..0xff where a sequence starts
+  }
+  if (n < len) return 0;
+  for (size_t k = 1; k < len; ++k) {
+    if ((p[k] & 0xc0) != 0x80) return 0;
+    cp = cp << 6 | (p[k] & 0x3f);
+  }
+  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+  return len;
+}
+
+}  // namespace
+
 bool IsValidUtf8(std::string_view s) {
   const auto* p = reinterpret_cast<const uint8_t*>(s.data());
-  const size_t n = s.size();
-  for (size_t i = 0; i < n;) {
-    const uint8_t c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len;
-    uint32_t cp, min;
-    if ((c & 0xe0) == 0xc0) {
-      len = 2, cp = c & 0x1f, min = 0x80;
-    } else if ((c & 0xf0) == 0xe0) {
-      len = 3, cp = c & 0x0f, min = 0x800;
-    } else if ((c & 0xf8) == 0xf0) {
-      len = 4, cp = c & 0x07, min = 0x10000;
-    } else {
-      return false;  // a continuation byte or 0xf8..0xff where a sequence starts
-    }
-    if (n - i < len) return false;
-    for (size_t k = 1; k < len; ++k) {
-      if ((p[i + k] & 0xc0) != 0x80) return false;
-      cp = cp << 6 | (p[i + k] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+  for (size_t i = 0; i < s.size();) {
+    const size_t len = SequenceLength(p + i, s.size() - i);
+    if (len == 0) return false;
     i += len;
   }
   return true;
@@ -44,16 +52,19 @@ std::string EscapeControlCharacters(std::string_view s) {
     std::snprintf(buf, sizeof buf, "\\x%02x", b);
     out += buf;
   };
-  for (size_t i = 0; i < s.size(); ++i) {
-    const auto c = static_cast<uint8_t>(s[i]);
-    if (c < 0x20 || c == 0x7f) {
-      hex(c);
-    } else if (c == 0xc2 && i + 1 < s.size() && static_cast<uint8_t>(s[i + 1]) >= 0x80 &&
-               static_cast<uint8_t>(s[i + 1]) <= 0x9f) {
-      hex(c);
-      hex(static_cast<uint8_t>(s[++i]));
+  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
+  for (size_t i = 0; i < s.size();) {
+    const size_t len = SequenceLength(p + i, s.size() - i);
+    const bool control = len == 1 ? p[i] < 0x20 || p[i] == 0x7f
+                                  : len == 2 && p[i] == 0xc2 && p[i + 1] <= 0x9f;  // C1
+    if (len == 0) {
+      hex(p[i++]);  // not UTF-8: a raw 0x9b is a CSI to 8-bit terminals
+    } else if (control) {
+      for (size_t k = 0; k < len; ++k) hex(p[i + k]);
+      i += len;
     } else {
-      out += s[i];
+      out.append(s.substr(i, len));
+      i += len;
     }
   }
   return out;

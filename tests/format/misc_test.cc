@@ -173,8 +173,14 @@ TEST(Utf8Test, EscapesControlCharactersOnly) {
             "a\\x1b[2Jb\\x0a\\x0d\\x09\\x7f\\x00");
   EXPECT_EQ(EscapeControlCharacters("x\xc2\x9b" "1m\xc2\x80\xc2\x9f"),
             "x\\xc2\\x9b1m\\xc2\\x80\\xc2\\x9f");
-  // U+00A0 and up, and a lone 0xc2 at the end, are not controls.
-  EXPECT_EQ(EscapeControlCharacters("\xc2\xa0\xc2"), "\xc2\xa0\xc2");
+  // U+00A0 and up are not controls.
+  EXPECT_EQ(EscapeControlCharacters("\xc2\xa0 \xf0\x9f\x99\x82"), "\xc2\xa0 \xf0\x9f\x99\x82");
+  // Bytes outside well-formed UTF-8 are escaped one by one: a raw C1 byte
+  // (0x9b is CSI to a terminal in 8-bit mode), a lone lead byte at the end,
+  // an overlong form, a surrogate, a cut sequence.
+  EXPECT_EQ(EscapeControlCharacters("a\x9b" "2J \xc0\x80 \xed\xa0\x80 \xe2\x82 \xc2"),
+            "a\\x9b2J \\xc0\\x80 \\xed\\xa0\\x80 \\xe2\\x82 \\xc2");
+  EXPECT_TRUE(IsValidUtf8(EscapeControlCharacters("\xff\xfe\x80 ok")));
 }
 
 }  // namespace
