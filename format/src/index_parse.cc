@@ -1,6 +1,7 @@
 // FlatBuffers bytes -> IndexRecord, through the verifier and ValidateIndex.
 #include <flatbuffers/flatbuffers.h>
 
+#include "ckfmt/file_layout.h"
 #include "ckfmt/index.h"
 #include "ckfmt_index_generated.h"
 
@@ -133,6 +134,32 @@ Result<EntryRecord> ParseEntry(const Ctx& ctx, const fb::Entry& fe) {
   return e;
 }
 
+// FlatBuffers 2.0.8's verifier follows the offsets in a vector of tables
+// without the check VerifyOffset makes of other offsets, that they are not
+// zero (X3): an element of 0 makes a table overlap its own offset.
+template <typename T>
+bool HasZeroOffset(const flatbuffers::Vector<flatbuffers::Offset<T>>* v) {
+  if (!v) return false;
+  const auto* p = reinterpret_cast<const uint8_t*>(v->Data());
+  for (flatbuffers::uoffset_t i = 0; i < v->size(); ++i) {
+    if (GetU32(p + 4 * i) == 0) return true;
+  }
+  return false;
+}
+
+// REQUIRES: `fi` passed the verifier.
+bool AnyZeroTableOffset(const fb::Index* fi) {
+  if (HasZeroOffset(fi->metadata()) || HasZeroOffset(fi->entries())) return true;
+  if (!fi->entries()) return false;
+  for (const fb::Entry* fe : *fi->entries()) {
+    if (HasZeroOffset(fe->path()) || HasZeroOffset(fe->pieces()) ||
+        HasZeroOffset(fe->saved_layout())) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 Result<IndexRecord> ParseIndex(const uint8_t* data, size_t size, uint64_t data_begin,
@@ -147,6 +174,10 @@ Result<IndexRecord> ParseIndex(const uint8_t* data, size_t size, uint64_t data_b
     return Status::Corruption(file + ": index fails FlatBuffers verification" + SpecRule("X3"));
   }
   const fb::Index* fi = fb::GetIndex(data);
+  if (AnyZeroTableOffset(fi)) {
+    return Status::Corruption(file + ": index fails FlatBuffers verification (a vector of "
+                              "tables holds a zero offset)" + SpecRule("X3"));
+  }
   IndexRecord index;
   if (fi->writer_name()) index.writer_name = fi->writer_name()->str();
   if (fi->writer_version()) index.writer_version = fi->writer_version()->str();

@@ -905,6 +905,24 @@ TEST(IndexHostileBufferTest, AbsentStringsReadEmpty) {
   EXPECT_TRUE(r->entries.empty());
 }
 
+// FlatBuffers 2.0.8 follows the offsets of a vector of tables without
+// refusing 0 (the table would overlap its own offset); X3 refuses it.
+TEST(IndexHostileBufferTest, ZeroOffsetInAVectorOfTables) {
+  FlatBufferBuilder b;
+  auto p = FbPath(b, "x");
+  auto e = fbs::CreateEntry(b, p, fbs::EntryKind::None);
+  std::string bytes = FinishIndex(b, {e});
+  ASSERT_TRUE(Parse(bytes, 1ull << 20).ok());
+  const auto* path = fbs::GetIndex(bytes.data())->entries()->Get(0)->path();
+  const size_t at = reinterpret_cast<const char*>(path->Data()) - bytes.data();
+  std::memset(&bytes[at], 0, 4);
+  auto r = Parse(bytes, 1ull << 20);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(r.status().message().find("zero offset) [FORMAT.md X3]"), std::string::npos)
+      << r.status().ToString();
+}
+
 TEST(IndexHostileBufferTest, UnknownEntryKind) {
   for (uint8_t k : {uint8_t{0}, uint8_t{10}, uint8_t{255}}) {
     FlatBufferBuilder b;

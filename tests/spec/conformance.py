@@ -72,6 +72,12 @@ class Report:
         print(text, flush=True)
 
 
+def cited_rule(message):
+    """The FORMAT.md rule a ckfmt error message cites ("... [FORMAT.md C3]"), or None."""
+    found = re.findall(r"\[FORMAT\.md (\w+)\]", message)
+    return found[-1] if found else None
+
+
 def run(cmd, timeout=120):
     return subprocess.run([str(c) for c in cmd], capture_output=True, timeout=timeout,
                           text=True, errors="replace")
@@ -288,6 +294,8 @@ def cli_disagreement(ckfmt, path, item):
     inspect = run([ckfmt, "inspect", "--json", path])
     if (inspect.returncode != 0) != (item["stage"] == "open"):
         yield f"ckfmt inspect exit {inspect.returncode} for a stage-{item['stage']} refusal"
+    elif inspect.returncode != 0 and cited_rule(inspect.stderr) != item["rule"]:
+        yield f"ckfmt inspect cites {cited_rule(inspect.stderr)}, not {item['rule']}"
     elif inspect.returncode == 0:
         try:
             ck = spec.CheckpointFile(path)
@@ -300,11 +308,12 @@ def cli_disagreement(ckfmt, path, item):
     verify = run([ckfmt, "verify", "--json", path])
     code = {"corrupt": "Corruption", "unsupported": "Unsupported"}[item["refusal"]]
     try:
-        codes = [p["code"] for p in json.loads(verify.stdout)["files"][0]["problems"]]
+        problems = json.loads(verify.stdout)["files"][0]["problems"]
     except (ValueError, KeyError, IndexError):
-        codes = [f"no JSON (exit {verify.returncode})"]
-    if code not in codes:
-        yield f"ckfmt verify reports {codes}, expected a {code} problem"
+        problems = [{"code": f"no JSON (exit {verify.returncode})", "message": ""}]
+    found = [(p["code"], cited_rule(p["message"])) for p in problems]
+    if (code, item["rule"]) not in found:
+        yield f"ckfmt verify reports {found}, expected a {code} problem citing {item['rule']}"
 
 
 # --- c. resealed index bit flips against `ckfmt inspect` -------------------------------
@@ -356,6 +365,9 @@ def mutation_disagreement(verdict, mine, cli):
         yield f"ckfmt inspect exit {cli.returncode}: {stderr}"
     elif (mine is None) != (cli.returncode == 1):
         yield f"reader {verdict}, ckfmt inspect exit {cli.returncode} {stderr}"
+    elif mine is None and cited_rule(cli.stderr) != verdict.split()[-1]:
+        # Both check in FORMAT.md's order, so both meet the same rule first.
+        yield f"both refuse, the reader for {verdict}, ckfmt inspect for {cited_rule(cli.stderr)}: {stderr}"
     elif mine is not None:
         theirs = with_ordered_metadata(json.loads(cli.stdout))
         yield from (f"both open, but {d}" for d in diff(theirs, with_ordered_metadata(mine))[:3])
@@ -375,6 +387,14 @@ def chunk_verdict(path, chunk):
         return outcome_of(ex)
 
 
+def verify_rules(stdout):
+    """The rules that `ckfmt verify --json`'s problems cite."""
+    try:
+        return [cited_rule(p["message"]) for f in json.loads(stdout)["files"] for p in f["problems"]]
+    except (ValueError, KeyError, TypeError):
+        return []
+
+
 def check_chunk_mutations(args, work, report):
     group = "chunk mutations"
     rng = random.Random(args.seed)
@@ -392,12 +412,15 @@ def check_chunk_mutations(args, work, report):
             elif (mine == "decodes") != (cli.returncode == 0):
                 report.fail(group, f"{label}: reader {mine}, ckfmt verify exit {cli.returncode}: "
                                    f"{cli.stdout.strip()[-200:]}")
+            elif mine != "decodes" and mine.split()[-1] not in verify_rules(cli.stdout):
+                report.fail(group, f"{label}: reader {mine}, ckfmt verify cites "
+                                   f"{verify_rules(cli.stdout)}")
             else:
                 agreed += 1
     out.unlink(missing_ok=True)
     return (f"chunk mutations (compressed chunks, checksums recomputed; {args.chunk_flips} per vector "
             f"with any): {variants} variants, {refused} refused by the reader (D4, D5); reader and "
-            f"ckfmt verify agree on {agreed}")
+            f"ckfmt verify agree on {agreed}, refusals on the rule")
 
 
 # --- d. files the engine writes -----------------------------------------------------------
