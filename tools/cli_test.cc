@@ -164,6 +164,7 @@ TEST_F(CliTest, VerifyJson) {
   EXPECT_FALSE(doc["files"][1]["ok"].get<bool>());
   ASSERT_EQ(doc["files"][1]["problems"].size(), 1u);
   EXPECT_EQ(doc["files"][1]["problems"][0]["code"], "Corruption");
+  EXPECT_EQ(doc["files"][1]["problems"][0]["rule"], "D1");  // a chunk's checksum
   EXPECT_FALSE(doc["files"][2]["ok"].get<bool>());
   EXPECT_EQ(doc["files"][2]["error"]["code"], "NotFound");
 

@@ -27,6 +27,8 @@ Json VerifyReportToJson(const std::string& file, const VerifyReport* report, con
       j["code"] = StatusCodeName(p.code);
       j["where"] = p.where;
       j["message"] = p.message;
+      const std::string_view rule = CitedSpecRule(p.message);
+      j["rule"] = rule.empty() ? Json(nullptr) : Json(std::string(rule));
       problems.push_back(std::move(j));
     }
   }

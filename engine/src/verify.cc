@@ -24,14 +24,16 @@ struct Extent {
   const ChunkRecord* chunk;
 };
 
-// The first nonzero byte of [p, p + n), which lies at file_offset, if any.
-std::optional<VerifyProblem> NonzeroPadding(const uint8_t* p, uint64_t file_offset, size_t n) {
+// The first nonzero byte of [p, p + n), which lies at file_offset, if any;
+// `rule` is Z3 (gaps in the data region) or Z4 (the tail gap).
+std::optional<VerifyProblem> NonzeroPadding(const uint8_t* p, uint64_t file_offset, size_t n,
+                                            const char* rule) {
   const uint8_t* nz = std::find_if(p, p + n, [](uint8_t b) { return b != 0; });
   if (nz == p + n) return std::nullopt;
   uint64_t at = file_offset + uint64_t(nz - p);
   return VerifyProblem{StatusCode::kCorruption, "padding @ " + std::to_string(at),
                        "padding byte at offset " + std::to_string(at) + " is " +
-                           std::to_string(*nz) + ", expected 0"};
+                           std::to_string(*nz) + ", expected 0" + SpecRule(rule)};
 }
 
 class Verifier {
@@ -70,7 +72,7 @@ Status Verifier::ScanDataRegion(uint64_t end) {
   job.on_item = [&](size_t k, const uint8_t* p, unsigned worker) {
     const ScanItem& it = plan.items[k];
     if (!it.is_chunk) {
-      found[k] = NonzeroPadding(p, it.begin, it.end - it.begin);
+      found[k] = NonzeroPadding(p, it.begin, it.end - it.begin, "Z3");
       return Status::OK();
     }
     const Extent& x = extents_[it.chunk];
@@ -141,7 +143,7 @@ Status Verifier::Check() {
     return Status::OK();
   }
   if (auto p = NonzeroPadding(tail.data() + footer->index_length, index_end,
-                              size - kFooterSize - index_end)) {
+                              size - kFooterSize - index_end, "Z4")) {
     report_.problems.push_back(std::move(*p));
   }
   auto index = ParseIndex(tail.data(), footer->index_length, kHeaderSize, footer->index_offset, path);

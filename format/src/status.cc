@@ -4,6 +4,15 @@
 
 namespace ckfmt {
 
+std::string_view CitedSpecRule(std::string_view message) {
+  constexpr std::string_view kOpen = " [FORMAT.md ";
+  if (!message.ends_with(']')) return {};
+  const size_t at = message.rfind(kOpen);
+  if (at == std::string_view::npos) return {};
+  const std::string_view rule = message.substr(at + kOpen.size(), message.size() - 1 - at - kOpen.size());
+  return rule.find_first_of(" []") == std::string_view::npos ? rule : std::string_view{};
+}
+
 const char* StatusCodeName(StatusCode code) {
   switch (code) {
     case StatusCode::kOk: return "OK";

@@ -677,6 +677,7 @@ TEST_F(RawFileTest, VerifyChecksDataBytesThatNoChunkCovers) {
       ASSERT_EQ(v->problems.size(), 1u) << "block " << block;
       EXPECT_EQ(v->problems[0].code, StatusCode::kCorruption);
       EXPECT_EQ(v->problems[0].where, "padding @ " + std::to_string(kHeaderSize + 5000));
+      EXPECT_EQ(CitedSpecRule(v->problems[0].message), "Z3") << v->problems[0].message;
     }
   }
 }

@@ -139,6 +139,13 @@ TEST(KeyPathTest, IndexLookingKeyIsDistinguishable) {
 // which ParseKeyPath reads as the empty path (the root).
 TEST(KeyPathTest, SingleEmptyKeyRoundTrips) { ExpectFormatParseRoundTrip({""}); }
 
+TEST(SpecRuleTest, CitedRuleRoundTrips) {
+  EXPECT_EQ(CitedSpecRule("x: chunk at offset 1 is unaligned" + SpecRule("C3")), "C3");
+  EXPECT_EQ(CitedSpecRule("no rule here"), "");
+  EXPECT_EQ(CitedSpecRule("a key named [FORMAT.md x y]"), "");  // not a citation
+  EXPECT_EQ(CitedSpecRule("quoted \" [FORMAT.md P2]\" then more"), "");  // not at the end
+}
+
 TEST(Utf8Test, AcceptsWellFormedText) {
   for (std::string_view ok : {std::string_view(""), std::string_view("plain ascii"),
                               std::string_view("nul\0inside", 11), std::string_view("\xc3\xa9t\xc3\xa9"),

@@ -310,8 +310,8 @@ def cli_disagreement(ckfmt, path, item):
     try:
         problems = json.loads(verify.stdout)["files"][0]["problems"]
     except (ValueError, KeyError, IndexError):
-        problems = [{"code": f"no JSON (exit {verify.returncode})", "message": ""}]
-    found = [(p["code"], cited_rule(p["message"])) for p in problems]
+        problems = [{"code": f"no JSON (exit {verify.returncode})"}]
+    found = [(p["code"], p.get("rule")) for p in problems]
     if (code, item["rule"]) not in found:
         yield f"ckfmt verify reports {found}, expected a {code} problem citing {item['rule']}"
 
@@ -390,7 +390,7 @@ def chunk_verdict(path, chunk):
 def verify_rules(stdout):
     """The rules that `ckfmt verify --json`'s problems cite."""
     try:
-        return [cited_rule(p["message"]) for f in json.loads(stdout)["files"] for p in f["problems"]]
+        return [p.get("rule") for f in json.loads(stdout)["files"] for p in f["problems"]]
     except (ValueError, KeyError, TypeError):
         return []
 

@@ -33,6 +33,9 @@ const char* StatusCodeName(StatusCode code);
 // breaks rule R of spec/FORMAT.md, so whoever wrote the file can look it up.
 inline std::string SpecRule(const char* rule) { return std::string(" [FORMAT.md ") + rule + "]"; }
 
+// The rule a message ending in SpecRule() cites ("C3"), or "" if none.
+std::string_view CitedSpecRule(std::string_view message);
+
 class [[nodiscard]] Status {
  public:
   Status() = default;
