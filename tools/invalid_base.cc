@@ -32,8 +32,7 @@ std::string Encode(Codec codec, size_t element_size, const std::string& raw) {
 }
 
 // Appends `stored` in blocks of its own; returns its chunk.
-ChunkRecord AddChunk(InvalidBase* base, Codec codec, const std::string& stored,
-                     uint64_t raw_size) {
+ChunkRecord AddChunk(InvalidBase* base, Codec codec, const std::string& stored, uint64_t raw_size) {
   ChunkRecord c;
   c.offset = kHeaderSize + base->data.size();
   c.stored_size = stored.size();
@@ -53,8 +52,8 @@ EntryRecord Scalar(KeyPath path, EntryKind kind) {
 }
 
 // A data entry stored as one whole piece of one chunk.
-EntryRecord WholeEntry(InvalidBase* base, std::string key, DType dtype, Shape shape,
-                       Codec codec, const std::string& raw) {
+EntryRecord WholeEntry(InvalidBase* base, std::string key, DType dtype, Shape shape, Codec codec,
+                       const std::string& raw) {
   EntryRecord e = Scalar({std::move(key)}, EntryKind::kTensor);
   e.dtype = dtype;
   e.shape = shape;
@@ -85,11 +84,13 @@ InvalidBase MakeBase() {
   for (size_t i = 0; i < z.size(); ++i) z[i] = static_cast<float>(i % 16);
   std::vector<uint16_t> bp(1024);
   for (size_t i = 0; i < bp.size(); ++i) {
-    bp[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(0.25f * static_cast<float>(i % 32)) >> 16);
+    bp[i] =
+        static_cast<uint16_t>(std::bit_cast<uint32_t>(0.25f * static_cast<float>(i % 32)) >> 16);
   }
   ix.entries.push_back(WholeEntry(&b, "w", DType::kF32, {4, 4}, Codec::kNone, Bytes(w)));
   ix.entries.push_back(WholeEntry(&b, "z", DType::kF32, {1024}, Codec::kZstd, Bytes(z)));
-  ix.entries.push_back(WholeEntry(&b, "bp", DType::kBF16, {1024}, Codec::kBytePlaneZstd, Bytes(bp)));
+  ix.entries.push_back(
+      WholeEntry(&b, "bp", DType::kBF16, {1024}, Codec::kBytePlaneZstd, Bytes(bp)));
 
   const std::string json = "{\"epoch\": 3}";
   EntryRecord blob = WholeEntry(&b, "blob", DType::kU8, {json.size()}, Codec::kNone, json);
@@ -161,7 +162,8 @@ EntryRecord& TopEntry(IndexRecord& index, std::string_view key) {
   for (EntryRecord& e : index.entries) {
     if (e.path.size() == 1 && e.path[0] == PathComponent(std::string(key))) return e;
   }
-  std::fprintf(stderr, "invalid vectors: no entry %.*s\n", static_cast<int>(key.size()), key.data());
+  std::fprintf(stderr, "invalid vectors: no entry %.*s\n", static_cast<int>(key.size()),
+               key.data());
   std::abort();
 }
 
@@ -173,7 +175,8 @@ RawEntry& TopEntry(RawIndex& index, std::string_view key) {
   for (RawEntry& e : index.entries) {
     if (e.path.size() == 1 && e.path[0].key == std::string(key)) return e;
   }
-  std::fprintf(stderr, "invalid vectors: no entry %.*s\n", static_cast<int>(key.size()), key.data());
+  std::fprintf(stderr, "invalid vectors: no entry %.*s\n", static_cast<int>(key.size()),
+               key.data());
   std::abort();
 }
 

@@ -98,7 +98,9 @@ std::string TwoPlanes(uint8_t mode0, const std::string& plane0, uint8_t mode1,
 RawPiece& WPiece(RawIndex& r) { return TopEntry(r, "w").pieces->at(0); }
 ChunkRecord& WChunk(RawIndex& r) { return WPiece(r).chunks->at(0); }
 std::vector<RawPiece>& ShardedPieces(RawIndex& r) { return *TopEntry(r, "sharded").pieces; }
-RawEntry& OptEntry(RawIndex& r, size_t i) { return r.entries.at(7 + i); }  // opt, opt[0], flag, none
+RawEntry& OptEntry(RawIndex& r, size_t i) {
+  return r.entries.at(7 + i);
+}  // opt, opt[0], flag, none
 
 const PathComponent kZ = std::string("z"), kW = std::string("w"), kBp = std::string("bp");
 
@@ -138,7 +140,9 @@ std::vector<Recipe> LayoutRecipes() {
       {Open("F4_footer_reserved", "F4", "footer byte 40 is 1"),
        [] { return EditBytes([](std::string& f) { Footer(f)[40] = 1; }, true); }},
       {Open("F5_index_offset_unaligned", "F5", "index_offset moved 8 bytes on"),
-       [] { return EditBytes([](std::string& f) { PutU64(Footer(f), IndexStart(f) + 8); }, true); }},
+       [] {
+         return EditBytes([](std::string& f) { PutU64(Footer(f), IndexStart(f) + 8); }, true);
+       }},
       {Open("F5_index_offset_in_header", "F5", "index_offset 0"),
        [] { return EditBytes([](std::string& f) { PutU64(Footer(f), 0); }, true); }},
       {Open("F6_index_past_footer", "F6", "index_length as large as the file"),
@@ -158,10 +162,13 @@ std::vector<Recipe> LayoutRecipes() {
 std::vector<Recipe> ContainerRecipes() {
   return {
       {Open("X1_index_checksum", "X1", "one index byte changed, footer not updated"),
-       [] { return EditBytes([](std::string& f) { *At(f, IndexStart(f) + 100) ^= 0x10; }, false); }},
+       [] {
+         return EditBytes([](std::string& f) { *At(f, IndexStart(f) + 100) ^= 0x10; }, false);
+       }},
       {Open("X2_identifier", "X2", "file identifier CKIY"),
        [] { return EditBytes([](std::string& f) { f[IndexStart(f) + 7] = 'Y'; }, true); }},
-      {Open("X2_index_too_short", "X2", "index_length 4 (the rest of the old index stays, as non-zero padding)"),
+      {Open("X2_index_too_short", "X2",
+            "index_length 4 (the rest of the old index stays, as non-zero padding)"),
        [] { return EditBytes([](std::string& f) { PutU64(Footer(f) + 8, 4); }, true); }},
       {Open("X3_root_outside", "X3", "the root offset points past the index"),
        [] {
@@ -189,9 +196,13 @@ std::vector<Recipe> ContainerRecipes() {
        [] { return EditIndex([](RawIndex& r) { WPiece(r).region.omit_box_offsets = true; }); }},
       {Open("X3_union_wrong_table", "X3",
             "w's region is tagged Box but is a FlatRange table (so Box.offsets is absent)"),
-       [] { return EditIndex([](RawIndex& r) { WPiece(r).region.region = Region::Flat(0, 16); }); }},
+       [] {
+         return EditIndex([](RawIndex& r) { WPiece(r).region.region = Region::Flat(0, 16); });
+       }},
       {Open("X4_duplicate_metadata_key", "X4", "metadata key step twice"),
-       [] { return EditIndex([](RawIndex& r) { r.metadata.push_back({"step", "8"}); }); }},
+       [] { return EditIndex([](RawIndex& r) {
+              r.metadata.push_back({"step", "8"});
+            }); }},
       {Open("X5_world_size_absent", "X5", "world_size not stored (reads as 0)"),
        [] { return EditIndex([](RawIndex& r) { r.world_size.reset(); }); }},
       {Open("X6_piece_rank", "X6", "a piece of sharded from rank 2 in a world of 2"),
@@ -233,7 +244,9 @@ std::vector<Recipe> PathRecipes() {
          });
        }},
       {Open("P6_index_under_dict", "P6", "a root entry named by a list index"),
-       [] { return EditIndex([](RawIndex& r) { r.entries[0].path[0] = {1, std::nullopt, 0}; }); }},
+       [] { return EditIndex([](RawIndex& r) {
+              r.entries[0].path[0] = {1, std::nullopt, 0};
+            }); }},
       {Open("P7_list_index_gap", "P7", "opt's first child is opt[1]"),
        [] {
          return EditIndex([](RawIndex& r) {
@@ -251,7 +264,8 @@ std::vector<Recipe> EntryRecipes() {
   };
   return {
       {Open("E1_kind_zero", "E1", "name has kind 0"), set("name", [](RawEntry& e) { e.kind = 0; })},
-      {Open("E1_kind_ten", "E1", "name has kind 10"), set("name", [](RawEntry& e) { e.kind = 10; })},
+      {Open("E1_kind_ten", "E1", "name has kind 10"),
+       set("name", [](RawEntry& e) { e.kind = 10; })},
       {Open("E2_int_with_shape", "E2", "the Int step has an empty shape"),
        set("step", [](RawEntry& e) { e.shape = Shape{}; })},
       {Open("E2_list_with_dtype", "E2", "the List opt has dtype 2"),
@@ -269,12 +283,17 @@ std::vector<Recipe> EntryRecipes() {
       {Open("E6_tensor_with_content_type", "E6", "the Tensor w has a content_type"),
        set("w", [](RawEntry& e) { e.content_type = "raw"; })},
       {Open("E7_dtype_zero", "E7", "w has dtype 0"), set("w", [](RawEntry& e) { e.dtype = 0; })},
-      {Open("E7_dtype_unknown", "E7", "w has dtype 18"), set("w", [](RawEntry& e) { e.dtype = 18; })},
-      {Open("E8_shape_absent", "E8", "w has no shape"), set("w", [](RawEntry& e) { e.shape.reset(); })},
+      {Open("E7_dtype_unknown", "E7", "w has dtype 18"),
+       set("w", [](RawEntry& e) { e.dtype = 18; })},
+      {Open("E8_shape_absent", "E8", "w has no shape"),
+       set("w", [](RawEntry& e) { e.shape.reset(); })},
       {Open("E9_bytes_float32", "E9", "the Bytes blob has dtype float32"),
        set("blob", [](RawEntry& e) { e.dtype = 2; })},
       {Open("E9_bytes_two_dims", "E9", "the Bytes blob has shape [3, 4]"),
-       set("blob", [](RawEntry& e) { e.shape = Shape{3, 4}; })},
+       set("blob",
+           [](RawEntry& e) {
+             e.shape = Shape{3, 4};
+           })},
   };
 }
 
@@ -295,7 +314,9 @@ std::vector<Recipe> GeometryRecipes() {
   return {
       {Open("T1_shape_overflow", "T1",
             "huge has shape [0, 2^40, 2^40]: no elements, but 2^80 without the zero"),
-       [] { return WithHugeTensor({0, 1ull << 40, 1ull << 40}); }},
+       [] {
+         return WithHugeTensor({0, 1ull << 40, 1ull << 40});
+       }},
       {Open("T1_bytes_overflow", "T1", "huge has shape [2^62] of float32: 2^64 bytes"),
        [] { return WithHugeTensor({1ull << 62}); }},
       {Open("G1_piece_region_type", "G1", "w's region has union tag 3"),
@@ -306,30 +327,35 @@ std::vector<Recipe> GeometryRecipes() {
              [](RawIndex& r) { TopEntry(r, "sharded").saved_layout->at(0).region.type = 0; });
        }},
       {Open("G2_box_rank", "G2", "w [4, 4] is stored as a 1-d box"),
-       [] { return EditIndex([](RawIndex& r) { WPiece(r).region.region = Region::Box({0}, {16}); }); }},
+       [] {
+         return EditIndex([](RawIndex& r) { WPiece(r).region.region = Region::Box({0}, {16}); });
+       }},
       {Open("G2_box_outside", "G2", "w's box covers rows 1 to 4 of 4"),
        [] {
-         return EditIndex([](RawIndex& r) { WPiece(r).region.region = Region::Box({1, 0}, {4, 4}); });
+         return EditIndex([](RawIndex& r) {
+           WPiece(r).region.region = Region::Box({1, 0}, {4, 4});
+         });
        }},
       {Open("G3_flat_outside", "G3", "rank 1's range of sharded is [4, 9) of 8 elements"),
        [] {
-         return EditIndex([](RawIndex& r) { ShardedPieces(r)[1].region.region = Region::Flat(4, 5); });
+         return EditIndex(
+             [](RawIndex& r) { ShardedPieces(r)[1].region.region = Region::Flat(4, 5); });
        }},
       {Open("T2_piece_missing", "T2", "sharded (not partial) lacks rank 1's piece"),
        [] { return EditIndex([](RawIndex& r) { ShardedPieces(r).pop_back(); }); }},
       {Open("T3_pieces_overlap", "T3",
             "sharded's pieces are [0, 4) and [2, 6): 8 elements in all, two of them twice"),
        [] {
-         return EditIndex([](RawIndex& r) { ShardedPieces(r)[1].region.region = Region::Flat(2, 4); });
+         return EditIndex(
+             [](RawIndex& r) { ShardedPieces(r)[1].region.region = Region::Flat(2, 4); });
        }},
   };
 }
 
 std::vector<Recipe> ChunkRecipes() {
   auto w_chunk = [](std::function<void(ChunkRecord&, uint64_t index_offset)> edit) {
-    return [edit] {
-      return EditIndex([&](RawIndex& r) { edit(WChunk(r), Base().IndexOffset()); });
-    };
+    return
+        [edit] { return EditIndex([&](RawIndex& r) { edit(WChunk(r), Base().IndexOffset()); }); };
   };
   return {
       {Open("C1_raw_size_zero", "C1", "w's chunk has raw_size 0"),
@@ -344,7 +370,8 @@ std::vector<Recipe> ChunkRecipes() {
        }},
       {Open("C2_stored_size_zero", "C2", "z's chunk has stored_size 0"),
        [] {
-         return EditIndex([](RawIndex& r) { TopEntry(r, "z").pieces->at(0).chunks->at(0).stored_size = 0; });
+         return EditIndex(
+             [](RawIndex& r) { TopEntry(r, "z").pieces->at(0).chunks->at(0).stored_size = 0; });
        }},
       {Open("C2_none_sizes_differ", "C2", "w's uncompressed chunk stores 65 bytes for 64"),
        w_chunk([](ChunkRecord& c, uint64_t) { c.stored_size = 65; })},
@@ -366,10 +393,15 @@ std::vector<Recipe> ChunkRecipes() {
 }
 
 std::vector<Recipe> DataRecipes() {
-  auto z = [](std::function<void(std::string&)> edit) { return [edit] { return EditChunk("z", edit); }; };
-  auto bp = [](std::function<void(std::string&)> edit) { return [edit] { return EditChunk("bp", edit); }; };
+  auto z = [](std::function<void(std::string&)> edit) {
+    return [edit] { return EditChunk("z", edit); };
+  };
+  auto bp = [](std::function<void(std::string&)> edit) {
+    return [edit] { return EditChunk("bp", edit); };
+  };
   return {
-      {Read("D1_chunk_checksum", "D1", kW, "one byte of w's stored bytes changed; index not updated"),
+      {Read("D1_chunk_checksum", "D1", kW,
+            "one byte of w's stored bytes changed; index not updated"),
        [] {
          const uint64_t at = TopEntry(Base().index, "w").pieces[0].chunks[0].offset;
          return EditBytes([at](std::string& f) { f[at + 5] ^= 1; }, false);
@@ -378,7 +410,8 @@ std::vector<Recipe> DataRecipes() {
        [] { return EditIndex([](RawIndex& r) { WChunk(r).codec = 7; }); }},
       {Read("D4_zstd_short", "D4", kZ, "z's frame decodes to 2048 of its 4096 bytes"),
        z([](std::string& s) { s = ZstdFrame(RawFloats(512)); })},
-      {Read("D4_zstd_not_a_frame", "D4", kZ, "z's stored bytes are its raw bytes, under codec zstd"),
+      {Read("D4_zstd_not_a_frame", "D4", kZ,
+            "z's stored bytes are its raw bytes, under codec zstd"),
        z([](std::string& s) { s = RawFloats(1024); })},
       {Read("D4_zstd_second_frame", "D4", kZ, "z's frame is followed by an empty second frame"),
        z([](std::string& s) { s += ZstdFrame(""); })},
@@ -397,19 +430,26 @@ std::vector<Recipe> DataRecipes() {
       {Read("D5_plane_mode", "D5", kBp, "bp's plane 0 has mode 2"),
        bp([](std::string& s) { s[2] = 2; })},
       {Read("D5_lengths_past_chunk", "D5", kBp, "bp's plane 0 is one byte longer than stored"),
-       bp([](std::string& s) { PutU32(reinterpret_cast<uint8_t*>(s.data()) + 3, GetU32(reinterpret_cast<const uint8_t*>(s.data()) + 3) + 1); })},
+       bp([](std::string& s) {
+         PutU32(reinterpret_cast<uint8_t*>(s.data()) + 3,
+                GetU32(reinterpret_cast<const uint8_t*>(s.data()) + 3) + 1);
+       })},
       {Read("D5_raw_plane_length", "D5", kBp, "bp's raw planes hold 1022 and 1026 bytes"),
-       bp([](std::string& s) { s = TwoPlanes(0, std::string(1022, 'a'), 0, std::string(1026, 'b')); })},
+       bp([](std::string& s) {
+         s = TwoPlanes(0, std::string(1022, 'a'), 0, std::string(1026, 'b'));
+       })},
       {Read("D5_plane_not_a_frame", "D5", kBp, "bp's plane 0 has mode zstd but holds raw bytes"),
-       bp([](std::string& s) { s = TwoPlanes(1, std::string(1024, 'a'), 0, std::string(1024, 'b')); })},
+       bp([](std::string& s) {
+         s = TwoPlanes(1, std::string(1024, 'a'), 0, std::string(1024, 'b'));
+       })},
   };
 }
 
 const std::vector<Recipe>& Recipes() {
   static const std::vector<Recipe> all = [] {
     std::vector<Recipe> out;
-    for (auto group : {LayoutRecipes, ContainerRecipes, PathRecipes, EntryRecipes,
-                       GeometryRecipes, ChunkRecipes, DataRecipes}) {
+    for (auto group : {LayoutRecipes, ContainerRecipes, PathRecipes, EntryRecipes, GeometryRecipes,
+                       ChunkRecipes, DataRecipes}) {
       for (Recipe& r : group()) out.push_back(std::move(r));
     }
     return out;
@@ -441,12 +481,13 @@ std::string MakeInvalidVector(const std::string& name) {
 std::string InvalidVectorManifest() {
   Json vectors = Json::array();
   for (const InvalidVector& v : InvalidVectors()) {
-    vectors.push_back({{"file", v.name + ".ckfmt"},
-                       {"rule", v.rule},
-                       {"refusal", v.refusal == StatusCode::kUnsupported ? "unsupported" : "corrupt"},
-                       {"stage", v.entry.empty() ? "open" : "read"},
-                       {"entry", v.entry.empty() ? Json(nullptr) : PathToJson(v.entry)},
-                       {"what", v.what}});
+    vectors.push_back(
+        {{"file", v.name + ".ckfmt"},
+         {"rule", v.rule},
+         {"refusal", v.refusal == StatusCode::kUnsupported ? "unsupported" : "corrupt"},
+         {"stage", v.entry.empty() ? "open" : "read"},
+         {"entry", v.entry.empty() ? Json(nullptr) : PathToJson(v.entry)},
+         {"what", v.what}});
   }
   Json manifest = {{"base", "base.ckfmt"}, {"vectors", vectors}};
   return manifest.dump(1) + "\n";
@@ -461,7 +502,8 @@ Status WriteInvalidVectors(const std::string& dir) {
     return out ? Status::OK() : Status::IOError(path + ": cannot write");
   };
   CKFMT_RETURN_IF_ERROR(write("base.ckfmt", InvalidVectorBase()));
-  for (const Recipe& r : Recipes()) CKFMT_RETURN_IF_ERROR(write(r.vector.name + ".ckfmt", r.make()));
+  for (const Recipe& r : Recipes())
+    CKFMT_RETURN_IF_ERROR(write(r.vector.name + ".ckfmt", r.make()));
   return write("invalid.json", InvalidVectorManifest());
 }
 

@@ -15,13 +15,13 @@
 namespace ckfmt::tools {
 
 struct InvalidVector {
-  std::string name;   // file NAME.ckfmt
-  std::string rule;   // the FORMAT.md rule it breaks, e.g. "C3"
+  std::string name;    // file NAME.ckfmt
+  std::string rule;    // the FORMAT.md rule it breaks, e.g. "C3"
   StatusCode refusal;  // kCorruption or kUnsupported
   // Empty: the file is refused when opened (header, footer, index).
   // Otherwise the file opens, and reading this entry is refused (chunks).
   KeyPath entry;
-  std::string what;   // one line: what is wrong
+  std::string what;  // one line: what is wrong
 };
 
 const std::vector<InvalidVector>& InvalidVectors();

@@ -2,6 +2,8 @@
 // byte for byte, and ckfmt refuses each as invalid.json says: when opening
 // (with an error of the listed kind), or when reading the listed entry, and
 // for the listed reason: the message cites the rule ("[FORMAT.md C3]").
+#include "invalid_vectors.h"
+
 #include <gtest/gtest.h>
 #include <zstd.h>
 
@@ -11,7 +13,6 @@
 
 #include "ckfmt/reader.h"
 #include "ckfmt/verify.h"
-#include "invalid_vectors.h"
 
 namespace ckfmt::tools {
 
@@ -48,9 +49,10 @@ TEST(InvalidVectorsTest, ManifestAndBaseAreWhatTheGeneratorWrites) {
 
 TEST(InvalidVectorsTest, NoStrayFiles) {
   size_t files = 0;
-  for (const auto& f : fs::directory_iterator(kInvalidDir)) files += f.path().extension() == ".ckfmt";
-  EXPECT_EQ(files, InvalidVectors().size() + 1) << "a .ckfmt in " << kInvalidDir
-                                                << " that invalid.json does not list";
+  for (const auto& f : fs::directory_iterator(kInvalidDir))
+    files += f.path().extension() == ".ckfmt";
+  EXPECT_EQ(files, InvalidVectors().size() + 1)
+      << "a .ckfmt in " << kInvalidDir << " that invalid.json does not list";
 }
 
 class InvalidVectorTest : public ::testing::TestWithParam<InvalidVector> {

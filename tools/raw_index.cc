@@ -16,7 +16,9 @@ using flatbuffers::uoffset_t;
 
 // The vtable slot of field `id` (FlatBuffers: 4 bytes of header, then one
 // u16 per field).
-constexpr flatbuffers::voffset_t Slot(int id) { return static_cast<flatbuffers::voffset_t>(4 + 2 * id); }
+constexpr flatbuffers::voffset_t Slot(int id) {
+  return static_cast<flatbuffers::voffset_t>(4 + 2 * id);
+}
 
 // FORMAT.md §6.3's Chunk struct: four u64 and the codec byte, 8-aligned.
 struct alignas(8) ChunkStruct {
@@ -26,7 +28,9 @@ struct alignas(8) ChunkStruct {
 };
 static_assert(sizeof(ChunkStruct) == 40);
 
-Offset<void> Table(FlatBufferBuilder& b, uoffset_t start) { return Offset<void>(b.EndTable(start)); }
+Offset<void> Table(FlatBufferBuilder& b, uoffset_t start) {
+  return Offset<void>(b.EndTable(start));
+}
 
 Offset<void> BuildRegion(FlatBufferBuilder& b, const RawRegion& r) {
   if (r.region.kind == Region::Kind::kFlat) {
@@ -132,7 +136,8 @@ Offset<void> BuildEntry(FlatBufferBuilder& b, const RawEntry& e) {
 std::optional<std::vector<RawShard>> RawLayout(const EntryRecord& e) {
   if (e.saved_layout.empty()) return std::nullopt;
   std::vector<RawShard> out;
-  for (const ShardRecord& s : e.saved_layout) out.push_back({s.rank, {RawRegionType(s.region), s.region}});
+  for (const ShardRecord& s : e.saved_layout)
+    out.push_back({s.rank, {RawRegionType(s.region), s.region}});
   return out;
 }
 

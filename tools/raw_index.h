@@ -21,13 +21,13 @@
 namespace ckfmt::tools {
 
 struct RawRegion {
-  uint8_t type = 1;          // union tag: 1 Box, 2 FlatRange; any byte
-  Region region;             // the table written, whatever `type` says
+  uint8_t type = 1;               // union tag: 1 Box, 2 FlatRange; any byte
+  Region region;                  // the table written, whatever `type` says
   bool omit_box_offsets = false;  // drop the required Box.offsets
 };
 
 struct RawPathElem {
-  uint8_t kind = 0;          // 0 Key, 1 Index
+  uint8_t kind = 0;  // 0 Key, 1 Index
   std::optional<std::string> key;
   uint64_t index = 0;
 };
