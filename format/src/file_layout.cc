@@ -47,6 +47,16 @@ Status CheckMajor(uint16_t major, uint16_t minor, const std::string& file, const
   return Status::OK();
 }
 
+// The rule the footer's index placement breaks (F5-F7), or nullptr.
+// REQUIRES: file_size passed CheckFileSize.
+const char* MisplacedIndexRule(const FileFooter& f, uint64_t file_size) {
+  const uint64_t index_space = file_size - kFooterSize;
+  if (!IsAligned(f.index_offset) || f.index_offset < kHeaderSize) return "F5";
+  if (f.index_offset > index_space || f.index_length > index_space - f.index_offset) return "F6";
+  if (f.index_length > kMaxIndexSize) return "F7";
+  return nullptr;
+}
+
 }  // namespace
 
 void EncodeHeader(const FileHeader& h, uint8_t out[kHeaderSize]) {
@@ -112,14 +122,7 @@ Result<FileFooter> DecodeFooter(const uint8_t in[kFooterSize], uint64_t file_siz
                               SpecRule("F4"));
   }
   CKFMT_RETURN_IF_ERROR(CheckFileSize(file_size, file));
-  const uint64_t index_space = file_size - kFooterSize;
-  const char* rule = !IsAligned(f.index_offset) || f.index_offset < kHeaderSize ? "F5"
-                     : f.index_offset > index_space ||
-                             f.index_length > index_space - f.index_offset
-                         ? "F6"
-                     : f.index_length > kMaxIndexSize ? "F7"
-                                                      : nullptr;
-  if (rule) {
+  if (const char* rule = MisplacedIndexRule(f, file_size)) {
     return Status::Corruption(file + ": footer places the index at [" +
                               std::to_string(f.index_offset) + ", +" +
                               std::to_string(f.index_length) + ") outside the file's " +

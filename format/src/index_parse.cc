@@ -147,6 +147,8 @@ bool HasZeroOffset(const flatbuffers::Vector<flatbuffers::Offset<T>>* v) {
   return false;
 }
 
+// A pass of its own, before any entry is parsed, so that this X3 failure
+// is found before any entry's P or E rule, as the verifier's are.
 // REQUIRES: `fi` passed the verifier.
 bool AnyZeroTableOffset(const fb::Index* fi) {
   if (HasZeroOffset(fi->metadata()) || HasZeroOffset(fi->entries())) return true;

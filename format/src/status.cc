@@ -5,11 +5,11 @@
 namespace ckfmt {
 
 std::string_view CitedSpecRule(std::string_view message) {
-  constexpr std::string_view kOpen = " [FORMAT.md ";
   if (!message.ends_with(']')) return {};
-  const size_t at = message.rfind(kOpen);
+  const size_t at = message.rfind(kSpecRuleOpen);
   if (at == std::string_view::npos) return {};
-  const std::string_view rule = message.substr(at + kOpen.size(), message.size() - 1 - at - kOpen.size());
+  const size_t begin = at + kSpecRuleOpen.size();
+  const std::string_view rule = message.substr(begin, message.size() - 1 - begin);
   return rule.find_first_of(" []") == std::string_view::npos ? rule : std::string_view{};
 }
 

@@ -8,6 +8,7 @@
 #include <cassert>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -31,7 +32,10 @@ const char* StatusCodeName(StatusCode code);
 
 // " [FORMAT.md R]": ends the message of an error caused by a file that
 // breaks rule R of spec/FORMAT.md, so whoever wrote the file can look it up.
-inline std::string SpecRule(const char* rule) { return std::string(" [FORMAT.md ") + rule + "]"; }
+inline constexpr std::string_view kSpecRuleOpen = " [FORMAT.md ";
+inline std::string SpecRule(const char* rule) {
+  return std::string(kSpecRuleOpen) + rule + "]";
+}
 
 // The rule a message ending in SpecRule() cites ("C3"), or "" if none.
 std::string_view CitedSpecRule(std::string_view message);
