@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -20,6 +19,7 @@
 
 #include "ckfmt/verify.h"
 #include "inspect.h"
+#include "util/file_util.h"
 #include "vectors.h"
 
 namespace ckfmt::tools {
@@ -27,20 +27,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The libzstd version spec/vectors/{zstd,byteplane}.ckfmt were generated
-// with. zstd does not promise identical output across versions; with another
-// version the byte comparison of those two vectors is skipped (they are
-// still verified and inspected).
-constexpr unsigned kGoldenZstdVersion = 10504;  // 1.5.4
-
 const fs::path kVectorDir = fs::path(CKFMT_SOURCE_DIR) / "spec" / "vectors";
 
-std::string ReadAll(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string ReadAll(const fs::path& p) { return ckfmt_test::ReadFileBytes(p.string()); }
 
 class TempDir {
  public:

@@ -20,6 +20,14 @@ std::string Bytes(const std::vector<T>& values) {
   return out;
 }
 
+}  // namespace
+
+std::string ZValues(size_t count) {
+  std::vector<float> z(count);
+  for (size_t i = 0; i < count; ++i) z[i] = static_cast<float>(i % 16);
+  return Bytes(z);
+}
+
 std::string Encode(Codec codec, size_t element_size, const std::string& raw) {
   std::string out(MaxEncodedSize(codec, raw.size()), '\0');
   auto n = EncodeChunk(codec, 3, element_size, raw.data(), raw.size(), out.data(), out.size());
@@ -30,6 +38,8 @@ std::string Encode(Codec codec, size_t element_size, const std::string& raw) {
   out.resize(*n);
   return out;
 }
+
+namespace {
 
 // Appends `stored` in blocks of its own; returns its chunk.
 ChunkRecord AddChunk(InvalidBase* base, Codec codec, const std::string& stored, uint64_t raw_size) {
@@ -79,16 +89,15 @@ InvalidBase MakeBase() {
   name.string_value = "base";
   ix.entries = {step, lr, name};
 
-  std::vector<float> w(16), z(1024);
+  std::vector<float> w(16);
   for (size_t i = 0; i < w.size(); ++i) w[i] = 0.5f * static_cast<float>(i);
-  for (size_t i = 0; i < z.size(); ++i) z[i] = static_cast<float>(i % 16);
   std::vector<uint16_t> bp(1024);
   for (size_t i = 0; i < bp.size(); ++i) {
     bp[i] =
         static_cast<uint16_t>(std::bit_cast<uint32_t>(0.25f * static_cast<float>(i % 32)) >> 16);
   }
   ix.entries.push_back(WholeEntry(&b, "w", DType::kF32, {4, 4}, Codec::kNone, Bytes(w)));
-  ix.entries.push_back(WholeEntry(&b, "z", DType::kF32, {1024}, Codec::kZstd, Bytes(z)));
+  ix.entries.push_back(WholeEntry(&b, "z", DType::kF32, {1024}, Codec::kZstd, ZValues(1024)));
   ix.entries.push_back(
       WholeEntry(&b, "bp", DType::kBF16, {1024}, Codec::kBytePlaneZstd, Bytes(bp)));
 

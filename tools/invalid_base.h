@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "ckfmt/codec.h"
 #include "ckfmt/index.h"
 #include "raw_index.h"
 
@@ -26,6 +27,12 @@ struct InvalidBase {
 // a list of dicts, and a tensor in two flat pieces from two ranks with a
 // box saved_layout.
 const InvalidBase& TheInvalidBase();
+
+// The values of the base's float32 tensor z (i % 16), `count` of them.
+std::string ZValues(size_t count);
+
+// `raw` encoded with `codec` at level 3, as the base's chunks are.
+std::string Encode(Codec codec, size_t element_size, const std::string& raw);
 
 // header + data + index + zero padding + footer, as a writer lays them out
 // (FORMAT.md §2): the index right after the data, the footer in the last 64

@@ -1,10 +1,7 @@
 #include "invalid_vectors.h"
 
-#include <zstd.h>
-
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <functional>
 
@@ -66,21 +63,6 @@ std::string EditChunk(const std::string& key, const std::function<void(std::stri
   return Assemble(base.data, SerializeIndex(base.index));
 }
 
-std::string RawFloats(size_t count) {
-  std::string raw(count * sizeof(float), '\0');
-  for (size_t i = 0; i < count; ++i) {
-    const float v = static_cast<float>(i % 16);
-    std::memcpy(raw.data() + i * sizeof(float), &v, sizeof v);
-  }
-  return raw;
-}
-
-std::string ZstdFrame(const std::string& raw) {
-  std::string out(ZSTD_compressBound(raw.size()), '\0');
-  out.resize(ZSTD_compress(out.data(), out.size(), raw.data(), raw.size(), 3));
-  return out;
-}
-
 // A byte-plane chunk of 2-byte elements from two planes given as
 // (mode, payload).
 std::string TwoPlanes(uint8_t mode0, const std::string& plane0, uint8_t mode1,
@@ -97,10 +79,10 @@ std::string TwoPlanes(uint8_t mode0, const std::string& plane0, uint8_t mode1,
 
 RawPiece& WPiece(RawIndex& r) { return TopEntry(r, "w").pieces->at(0); }
 ChunkRecord& WChunk(RawIndex& r) { return WPiece(r).chunks->at(0); }
+ChunkRecord& ZChunk(RawIndex& r) { return TopEntry(r, "z").pieces->at(0).chunks->at(0); }
 std::vector<RawPiece>& ShardedPieces(RawIndex& r) { return *TopEntry(r, "sharded").pieces; }
-RawEntry& OptEntry(RawIndex& r, size_t i) {
-  return r.entries.at(7 + i);
-}  // opt, opt[0], flag, none
+// i = 0: opt, 1: opt[0], 2: opt[0].flag, 3: opt[0].none
+RawEntry& OptEntry(RawIndex& r, size_t i) { return r.entries.at(7 + i); }
 
 const PathComponent kZ = std::string("z"), kW = std::string("w"), kBp = std::string("bp");
 
@@ -363,16 +345,9 @@ std::vector<Recipe> ChunkRecipes() {
       {Open("C1_raw_size_not_multiple", "C1", "w's chunk (float32) has raw and stored size 63"),
        w_chunk([](ChunkRecord& c, uint64_t) { c.raw_size = c.stored_size = 63; })},
       {Open("C1_raw_size_too_large", "C1", "z's zstd chunk claims 2^30 + 4 raw bytes"),
-       [] {
-         return EditIndex([](RawIndex& r) {
-           TopEntry(r, "z").pieces->at(0).chunks->at(0).raw_size = (1ull << 30) + 4;
-         });
-       }},
+       [] { return EditIndex([](RawIndex& r) { ZChunk(r).raw_size = (1ull << 30) + 4; }); }},
       {Open("C2_stored_size_zero", "C2", "z's chunk has stored_size 0"),
-       [] {
-         return EditIndex(
-             [](RawIndex& r) { TopEntry(r, "z").pieces->at(0).chunks->at(0).stored_size = 0; });
-       }},
+       [] { return EditIndex([](RawIndex& r) { ZChunk(r).stored_size = 0; }); }},
       {Open("C2_none_sizes_differ", "C2", "w's uncompressed chunk stores 65 bytes for 64"),
        w_chunk([](ChunkRecord& c, uint64_t) { c.stored_size = 65; })},
       {Open("C3_offset_unaligned", "C3", "w's chunk at offset 4104"),
@@ -393,12 +368,12 @@ std::vector<Recipe> ChunkRecipes() {
 }
 
 std::vector<Recipe> DataRecipes() {
-  auto z = [](std::function<void(std::string&)> edit) {
-    return [edit] { return EditChunk("z", edit); };
+  auto chunk_of = [](std::string key) {
+    return [key](std::function<void(std::string&)> edit) {
+      return [key, edit] { return EditChunk(key, edit); };
+    };
   };
-  auto bp = [](std::function<void(std::string&)> edit) {
-    return [edit] { return EditChunk("bp", edit); };
-  };
+  const auto z = chunk_of("z"), bp = chunk_of("bp");
   return {
       {Read("D1_chunk_checksum", "D1", kW,
             "one byte of w's stored bytes changed; index not updated"),
@@ -409,12 +384,12 @@ std::vector<Recipe> DataRecipes() {
       {Read("D2_unknown_codec", "D2", kW, "w's chunk has codec 7", StatusCode::kUnsupported),
        [] { return EditIndex([](RawIndex& r) { WChunk(r).codec = 7; }); }},
       {Read("D4_zstd_short", "D4", kZ, "z's frame decodes to 2048 of its 4096 bytes"),
-       z([](std::string& s) { s = ZstdFrame(RawFloats(512)); })},
+       z([](std::string& s) { s = Encode(Codec::kZstd, 4, ZValues(512)); })},
       {Read("D4_zstd_not_a_frame", "D4", kZ,
             "z's stored bytes are its raw bytes, under codec zstd"),
-       z([](std::string& s) { s = RawFloats(1024); })},
+       z([](std::string& s) { s = ZValues(1024); })},
       {Read("D4_zstd_second_frame", "D4", kZ, "z's frame is followed by an empty second frame"),
-       z([](std::string& s) { s += ZstdFrame(""); })},
+       z([](std::string& s) { s += Encode(Codec::kZstd, 1, ""); })},
       {Read("D4_zstd_skippable_frame", "D4", kZ, "z's frame follows a skippable frame"),
        z([](std::string& s) { s = std::string("\x50\x2a\x4d\x18\x04\0\0\0skip", 12) + s; })},
       {Read("D4_zstd_dictionary", "D4", kZ, "z's frame names dictionary 42"),

@@ -2,17 +2,16 @@
 // byte for byte, and ckfmt refuses each as invalid.json says: when opening
 // (with an error of the listed kind), or when reading the listed entry, and
 // for the listed reason: the message cites the rule ("[FORMAT.md C3]").
-#include "invalid_vectors.h"
-
 #include <gtest/gtest.h>
 #include <zstd.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "ckfmt/reader.h"
 #include "ckfmt/verify.h"
+#include "invalid_vectors.h"
+#include "util/file_util.h"
+#include "vectors.h"
 
 namespace ckfmt::tools {
 
@@ -24,14 +23,8 @@ namespace {
 namespace fs = std::filesystem;
 
 const fs::path kInvalidDir = fs::path(CKFMT_SOURCE_DIR) / "spec" / "vectors" / "invalid";
-constexpr unsigned kGoldenZstdVersion = 10504;  // as golden_vectors_test.cc
 
-std::string ReadAll(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string ReadAll(const fs::path& p) { return ckfmt_test::ReadFileBytes(p.string()); }
 
 TEST(InvalidVectorsTest, BaseIsValid) {
   const fs::path base = kInvalidDir / "base.ckfmt";
