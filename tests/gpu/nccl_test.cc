@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ckfmt/cuda.h"
+#include "ckfmt/dist/dist_load.h"
 #include "ckfmt/dist/dist_save.h"
 #include "ckfmt/dist/nccl_communicator.h"
 #include "ckfmt/dist/sharded_state.h"
@@ -219,6 +220,62 @@ TEST_F(NcclOneRankTest, ParallelDistSaveOfGpuShards) {
     EXPECT_TRUE(FileHoldsFull(path, full));
     std::remove(path.c_str());
   }
+  ::rmdir(dir.c_str());
+}
+
+// `v` with every CUDA tensor copied back to the host.
+Value FromGpu(const Value& v) {
+  return ckfmt_test::MapTensors(v, [](const Tensor& t) {
+    if (t.device().type == DeviceType::kCPU) return t;
+    Tensor h = Tensor::Empty(t.dtype(), t.shape());
+    EXPECT_EQ(cudaMemcpy(h.data(), t.data(), t.nbytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    if (t.shard()) h.SetShard(*t.shard());
+    return h;
+  });
+}
+
+// The resharding load on a real GPU: each of three FSDP2 ranks holds its
+// model shards on cuda:0 and no optimizer state; the model shards are
+// filled in place and the optimizer shards are created on the GPU by
+// CudaAllocator. Needs no communicator, so it runs on one GPU.
+TEST(GpuReshardTest, ReshardingLoadReconstructsShardsOnTheGpu) {
+  using namespace ckfmt_dist_test;
+  std::string why = NoGpuReason();
+  if (!why.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << why;
+  std::string dir = ::testing::TempDir() + "ckfmt_nccl_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::string path = dir + "/ck";
+  Value full = MakeFullState(33);
+  SingleCommunicator comm;
+  DistSaveOptions o;
+  o.save.chunk_size = 1024;
+  o.save.fsync = false;
+  ASSERT_TRUE(DistSave(comm, path, full, o).ok());
+  auto reader = CheckpointReader::Open(path);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  for (int rank = 0; rank < 3; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    LayoutFn layout = MakeLayout(LayoutKind::kFsdp2, full, 3, rank);
+    auto model = ShardStateDict(ModelOnly(full), layout);
+    ASSERT_TRUE(model.ok());
+    Value local = ToGpu(*model);
+    ShardedLoadOptions lo;
+    lo.layout = layout;
+    lo.load.reconstruct_device = Device{DeviceType::kCUDA, 0};
+    auto report = LoadSharded(**reader, &local, lo);
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    EXPECT_FALSE(report->reconstructed.empty());
+    size_t host_arrays = 0;
+    VisitValues(local, [&](const KeyPath&, const Value& v) {
+      if (v.is_tensor() && !v.as_tensor().shape().empty() &&
+          v.as_tensor().device().type == DeviceType::kCPU) {
+        ++host_arrays;
+      }
+    });
+    EXPECT_EQ(host_arrays, 0u);
+    EXPECT_TRUE(MatchesFull(FromGpu(local), full, true));
+  }
+  std::remove(path.c_str());
   ::rmdir(dir.c_str());
 }
 
