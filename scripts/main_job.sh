@@ -2,9 +2,9 @@
 # README quick start, command 1: install what is missing, build, run the
 # main job end to end:
 #  1. the distributed job: 4 MPI ranks hold FSDP1- and FSDP2-sharded model
-#     and AdamW state, save it into one flattened file, verify it, resume on
-#     3 ranks into state dicts that lack the optimizer state, and check every
-#     value bitwise;
+#     and AdamW state, save each layout into a flattened and a parallel
+#     file, verify them, resume each on 3 ranks into state dicts that lack
+#     the optimizer state, and check every value bitwise;
 #  2. the single-process job: a ~500 MB bf16 transformer with fp32 AdamW
 #     state, data-loader and RNG state, saved, `ckfmt verify`-ed and
 #     `ckfmt inspect`-ed, loaded into a dict holding only the model (the load

@@ -13,10 +13,11 @@
 //     (fp32 exp_avg / exp_avg_sq per parameter, a 0-d step, param_groups),
 //     a step counter and a data-loader blob. Values are a function of
 //     (tensor, global element index), so any rank can generate any region.
-//  2. Two layouts are saved, each into one flattened file through rank 0
-//     with a bounded memory budget: FSDP1 (flat-parameter slices spanning
-//     parameters) and FSDP2 (dim-0 chunks, uneven and empty).
-//  3. Rank 0 runs VerifyFile on each file.
+//  2. Two layouts, FSDP1 (flat-parameter slices spanning parameters) and
+//     FSDP2 (dim-0 chunks, uneven and empty), are each saved in both modes:
+//     into one flattened file through rank 0 with a bounded memory budget,
+//     and into one file every rank writes its own pieces of (parallel).
+//  3. Rank 0 runs VerifyFile on each of the four files.
 //  4. Resume on a different world size (--resume-world, default 3; the first
 //     ranks of the job form it): each resuming rank passes a state dict with
 //     only its model shards - no optimizer state - in the other layout
@@ -381,18 +382,27 @@ uint64_t StateBytes(const std::vector<ParamInfo>& params) {
   return n;
 }
 
-// Saves, verifies and resumes one layout; returns the number of failures
-// on this rank.
-int RunStyle(Communicator& world, const Args& args, Style style, const std::vector<ParamInfo>& params) {
+// The file one layout is saved to in one mode.
+std::string FileName(Style style, SaveMode mode) {
+  return std::string(style == Style::kFsdp1 ? "ckpt_fsdp1" : "ckpt_fsdp2") +
+         (mode == SaveMode::kParallel ? "_parallel.ckfmt" : ".ckfmt");
+}
+constexpr Style kStyles[] = {Style::kFsdp1, Style::kFsdp2};
+constexpr SaveMode kModes[] = {SaveMode::kFlattened, SaveMode::kParallel};
+
+// Saves, verifies and resumes one layout in one mode; returns the number of
+// failures on this rank.
+int RunStyle(Communicator& world, const Args& args, Style style, SaveMode mode,
+             const std::vector<ParamInfo>& params) {
   const int n = world.size(), rank = world.rank();
   const Style other = style == Style::kFsdp1 ? Style::kFsdp2 : Style::kFsdp1;
-  const std::string path = args.dir + (style == Style::kFsdp1 ? "/ckpt_fsdp1.ckfmt" : "/ckpt_fsdp2.ckfmt");
-  Say("\n== %s on %d ranks -> flattened file -> %s on %d ranks\n", StyleName(style), n,
-      StyleName(other), args.resume_world);
+  const std::string path = args.dir + "/" + FileName(style, mode);
+  Say("\n== %s on %d ranks -> %s file -> %s on %d ranks\n", StyleName(style), n,
+      mode == SaveMode::kParallel ? "parallel" : "flattened", StyleName(other), args.resume_world);
   int failures = 0;
   Value local = BuildLocalState(params, MakeLayoutFor(style, params, n, rank), true);
   DistSaveOptions o;
-  o.mode = SaveMode::kFlattened;
+  o.mode = mode;
   o.memory_budget = args.budget_mb << 20;
   o.save.metadata = {{"job", "ckfmt-dist-main-job"}, {"layout", StyleName(style)}};
   (void)world.Barrier();
@@ -403,11 +413,18 @@ int RunStyle(Communicator& world, const Args& args, Style style, const std::vect
     std::fprintf(stderr, "[rank %d] save failed: %s\n", rank, saved.status().ToString().c_str());
     return 1;
   }
-  Say("save: %llu entries, %.1f MB file in %.2f s (%.0f MB/s), %llu buckets of <= %.0f MB, "
-      "rank 0 gather buffers %.1f MB, via %s\n",
-      (unsigned long long)saved->entries, saved->file_bytes / 1e6, secs, saved->file_bytes / 1e6 / secs,
-      (unsigned long long)saved->buckets, saved->bucket_bytes / 1e6, saved->peak_gather_bytes / 1e6,
-      saved->io_path.c_str());
+  if (mode == SaveMode::kFlattened) {
+    Say("save: %llu entries, %.1f MB file in %.2f s (%.0f MB/s), %llu buckets of <= %.0f MB, "
+        "rank 0 gather buffers %.1f MB, via %s\n",
+        (unsigned long long)saved->entries, saved->file_bytes / 1e6, secs,
+        saved->file_bytes / 1e6 / secs, (unsigned long long)saved->buckets,
+        saved->bucket_bytes / 1e6, saved->peak_gather_bytes / 1e6, saved->io_path.c_str());
+  } else {
+    Say("save: %llu entries, %.1f MB file in %.2f s (%.0f MB/s), rank 0's own pieces %.1f MB, "
+        "via %s\n",
+        (unsigned long long)saved->entries, saved->file_bytes / 1e6, secs,
+        saved->file_bytes / 1e6 / secs, saved->local_raw_bytes / 1e6, saved->io_path.c_str());
+  }
   local = Value();  // the training state of the old world is gone
   if (rank == 0) {
     auto t1 = Clock::now();
@@ -428,6 +445,7 @@ int RunStyle(Communicator& world, const Args& args, Style style, const std::vect
       if (e) {
         std::string layout;
         for (const auto& s : e->saved_layout) layout += " r" + std::to_string(s.rank) + ":" + s.region.ToString();
+        if (layout.empty()) layout = ": none (each piece is a rank's own)";
         Say("index: save_mode=%s world_size=%u; model/tok_embeddings.weight: %zu piece(s), saved layout%s\n",
             (*reader)->index().save_mode.c_str(), (*reader)->index().world_size, e->pieces.size(),
             layout.c_str());
@@ -577,12 +595,16 @@ int main(int argc, char** argv) {
     Say("model: %zu parameter tensors, %.1f MB of fp32 parameters, %.1f MB with AdamW state; "
         "writer budget %llu MB\n", params.size(), StateBytes(params) / 3 / 1e6, StateBytes(params) / 1e6,
         (unsigned long long)args.budget_mb);
-    for (Style s : {Style::kFsdp1, Style::kFsdp2}) failures += RunStyle(world, args, s, params);
+    for (Style s : kStyles) {
+      for (SaveMode m : kModes) failures += RunStyle(world, args, s, m, params);
+    }
   }
   int total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (g_rank == 0 && !args.keep) {
-    for (const char* f : {"/ckpt_fsdp1.ckfmt", "/ckpt_fsdp2.ckfmt"}) fs::remove(args.dir + f);
+    for (Style s : kStyles) {
+      for (SaveMode m : kModes) fs::remove(args.dir + "/" + FileName(s, m));
+    }
   }
   Say("\n%s (%.1f s)\n", total == 0 ? "PASS" : "FAIL", Seconds(t0, Clock::now()));
   made->reset();

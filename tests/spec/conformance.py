@@ -481,13 +481,13 @@ def check_main_job(args, work, report):
         jobs.append(f"--codec {codec}")
     if args.dist_main_job and args.mpirun:
         # 4 ranks save FSDP1-style flat ranges and FSDP2-style uneven row
-        # chunks into one file each (flattened and parallel saves).
+        # chunks, each layout into a flattened and a parallel file.
         out_dir = work / "dist-main-job"
         shutil.rmtree(out_dir, ignore_errors=True)
         out_dir.mkdir(parents=True)
         res = run([args.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", 4, args.dist_main_job,
                    "--params-mb", 2, "--dir", out_dir, "--keep"], timeout=300)
-        for path in kept_files(res, out_dir, 2, group, "ckfmt-dist-main-job", report):
+        for path in kept_files(res, out_dir, 4, group, "ckfmt-dist-main-job", report):
             check_engine_file(path, f"dist {path.name}", args, report, group, totals)
         jobs.append("4-rank dist")
     return (f"engine files ({', '.join(jobs)}; save modes {', '.join(sorted(totals['save_modes']))}): "
