@@ -8,6 +8,12 @@ pages are dropped from the page cache (posix_fadvise DONTNEED after fsync),
 so loads come from the disk. Loads fill preallocated tensors where the
 system can (ckfmt, DCP, safetensors); torch.load allocates its own.
 Prints medians of --runs runs with min-max, and ckfmt's ratio to each.
+
+--device cuda puts the state and the load destinations on the GPU: every
+system then saves from and loads into GPU memory as its users call it
+(ckfmt through ckfmt_save_device_tensors, torch.save of CUDA tensors,
+torch.load restoring them to the GPU, DCP into CUDA tensors, safetensors
+with device="cuda"); each operation ends with torch.cuda.synchronize().
 """
 import argparse
 import ctypes
@@ -35,23 +41,28 @@ class Ckfmt:
         self.err = ctypes.create_string_buffer(4096)
 
     def _descs(self, sd):
+        """The tensors' descriptors, and where each lives (-1 host, else its CUDA device)."""
         arr = (Tensor * len(sd))()
+        devices = (ctypes.c_int32 * len(sd))()
         keep = []
         for i, (k, t) in enumerate(sd.items()):
             shape = (ctypes.c_uint64 * t.dim())(*t.shape)
             keep.append(shape)
             arr[i] = Tensor(k.replace(".", "/").encode(), DTYPE_ID[t.dtype], t.dim(), shape,
                             t.data_ptr())
-        return arr, keep
+            devices[i] = t.device.index if t.is_cuda else -1
+        return arr, devices, keep
 
     def save(self, path, sd, codec="none"):
-        arr, _keep = self._descs(sd)
-        if self.lib.ckfmt_save_tensors(path.encode(), arr, len(sd), codec.encode(), self.err, 4096):
+        arr, devices, _keep = self._descs(sd)
+        if self.lib.ckfmt_save_device_tensors(path.encode(), arr, ctypes.c_size_t(len(sd)), devices,
+                                              codec.encode(), self.err, ctypes.c_size_t(4096)):
             raise RuntimeError(self.err.value.decode())
 
     def load(self, path, sd, verify=True):
-        arr, _keep = self._descs(sd)
-        if self.lib.ckfmt_load_tensors(path.encode(), arr, len(sd), int(verify), self.err, 4096):
+        arr, devices, _keep = self._descs(sd)
+        if self.lib.ckfmt_load_device_tensors(path.encode(), arr, ctypes.c_size_t(len(sd)), devices,
+                                              int(verify), self.err, ctypes.c_size_t(4096)):
             raise RuntimeError(self.err.value.decode())
 
 
@@ -102,17 +113,34 @@ def main():
     ap.add_argument("--dir", default="")
     ap.add_argument("--size-gib", type=float, default=2.0)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda: the state on the GPU")
     args = ap.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        device = torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
+        torch.cuda.set_device(device)
+
+    def synced(f):
+        """f, ending with the GPU's queued work done (a no-op on the host)."""
+        if device.type != "cuda":
+            return f
+        def g(*a, **kw):
+            out = f(*a, **kw)
+            torch.cuda.synchronize()
+            return out
+        return g
     torch.set_num_threads(os.cpu_count())
     import safetensors.torch as st
     import torch.distributed.checkpoint as dcp
 
     ck = Ckfmt(args.lib)
     workdir = tempfile.mkdtemp(prefix="ckfmt-compare-", dir=args.dir or None)
-    sd = make_state(int(args.size_gib * (1 << 30)))
+    sd = {k: t.to(device) for k, t in make_state(int(args.size_gib * (1 << 30))).items()}
     size = nbytes(sd)
     dst = touched_like(sd)
-    print(f"state: {len(sd)} tensors, {size / 2**30:.2f} GiB; dir {workdir}; torch {torch.__version__}")
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "host memory"
+    print(f"state: {len(sd)} tensors, {size / 2**30:.2f} GiB in {where}; dir {workdir}; "
+          f"torch {torch.__version__}")
 
     def fsync_file(p):
         fd = os.open(p, os.O_RDONLY)
@@ -141,7 +169,7 @@ def main():
 
     def sf_load(p):
         from safetensors import safe_open
-        with safe_open(p, framework="pt") as f:
+        with safe_open(p, framework="pt", device=str(device)) as f:
             for k in f.keys():
                 dst[k].copy_(f.get_tensor(k))
 
@@ -156,6 +184,7 @@ def main():
         "dcp-threads": (lambda p: dcp_save(p, thread_count=os.cpu_count()), dcp_load, "dcp-t"),
         "safetensors": (sf_save, sf_load, "a.safetensors"),
     }
+    systems = {n: (synced(save), synced(load), f) for n, (save, load, f) in systems.items()}
     rows = ["ckfmt", "ckfmt-nocheck"] + [n for n in systems if n != "ckfmt"]
     times = {name: {"save": [], "load": []} for name in rows}
     raw_next_to_load = []  # GiB/s of whole 4 MiB blocks
@@ -233,7 +262,7 @@ def main():
                 for verify in ((True, False) if run % 2 == 0 else (False, True)):
                     sync_and_drop(p)
                     t0 = time.perf_counter()
-                    ck.load(p, dst, verify=verify)
+                    synced(ck.load)(p, dst, verify=verify)
                     pair[verify] = time.perf_counter() - t0
                 times["ckfmt-nocheck"]["load"].append(pair[False])
                 checksum_cost.append(pair[True] / pair[False])

@@ -37,10 +37,21 @@ int Guarded(char* err, size_t cap, Body body) {
   }
 }
 
+// Where tensor `i` lives: devices[i] as the ABI spells it (-1 host, k >= 0
+// CUDA device k); all on the host without `devices`.
+Result<Device> DeviceOf(const int32_t* devices, size_t i, const std::string& named) {
+  if (!devices || devices[i] == -1) return Device{};
+  if (devices[i] < -1) {
+    return Status::InvalidArgument(named + ": device " + std::to_string(devices[i]) +
+                                   ", expected -1 (host memory) or a CUDA device index");
+  }
+  return Device{DeviceType::kCUDA, devices[i]};
+}
+
 // Builds a state dict of views over the descriptors, refusing what C
 // callers get wrong: null pointers, unknown dtypes, a key given twice or
 // one that earlier keys are under (a tensor would be silently dropped).
-Result<Value> ToStateDict(const ckfmt_tensor* ts, size_t n) {
+Result<Value> ToStateDict(const ckfmt_tensor* ts, const int32_t* devices, size_t n) {
   if (n > 0 && !ts) return Status::InvalidArgument("tensors is NULL for " + std::to_string(n));
   Value root{Dict{}};
   std::map<KeyPath, size_t> seen;
@@ -57,6 +68,7 @@ Result<Value> ToStateDict(const ckfmt_tensor* ts, size_t n) {
     auto bytes = ShapeBytes(shape, DTypeSize(*dtype));
     if (!bytes.ok()) return bytes.status().WithContext(named);
     if (*bytes > 0 && !ts[i].data) return Status::InvalidArgument(named + ": data is NULL");
+    CKFMT_ASSIGN_OR_RETURN(Device device, DeviceOf(devices, i, named));
     KeyPath path = ParseKeyPath(ts[i].key);
     // InsertAtPath would replace what is there: an earlier tensor of the
     // same key, or the dict holding earlier tensors under this key.
@@ -67,7 +79,7 @@ Result<Value> ToStateDict(const ckfmt_tensor* ts, size_t n) {
                                     : ": a key that earlier tensors are under"));
     }
     seen.emplace(path, i);
-    CKFMT_RETURN_IF_ERROR(InsertAtPath(&root, path, Tensor::View(*dtype, shape, ts[i].data))
+    CKFMT_RETURN_IF_ERROR(InsertAtPath(&root, path, Tensor::View(*dtype, shape, ts[i].data, device))
                               .WithContext(named));
   }
   return root;
@@ -84,6 +96,17 @@ using namespace ckfmt;
 
 extern "C" int ckfmt_save_tensors(const char* path, const ckfmt_tensor* tensors, size_t n,
                                   const char* codec, char* err, size_t err_cap) {
+  return ckfmt_save_device_tensors(path, tensors, n, nullptr, codec, err, err_cap);
+}
+
+extern "C" int ckfmt_load_tensors(const char* path, const ckfmt_tensor* tensors, size_t n,
+                                  int verify_checksums, char* err, size_t err_cap) {
+  return ckfmt_load_device_tensors(path, tensors, n, nullptr, verify_checksums, err, err_cap);
+}
+
+extern "C" int ckfmt_save_device_tensors(const char* path, const ckfmt_tensor* tensors,
+                                         size_t n, const int32_t* devices, const char* codec,
+                                         char* err, size_t err_cap) {
   return Guarded(err, err_cap, [&]() -> Status {
     CKFMT_RETURN_IF_ERROR(RequirePath(path));
     SaveOptions options;
@@ -92,17 +115,18 @@ extern "C" int ckfmt_save_tensors(const char* path, const ckfmt_tensor* tensors,
       if (!c.ok()) return c.status();
       options.codec = *c;
     }
-    auto sd = ToStateDict(tensors, n);
+    auto sd = ToStateDict(tensors, devices, n);
     if (!sd.ok()) return sd.status();
     return Save(path, *sd, options).status();
   });
 }
 
-extern "C" int ckfmt_load_tensors(const char* path, const ckfmt_tensor* tensors, size_t n,
-                                  int verify_checksums, char* err, size_t err_cap) {
+extern "C" int ckfmt_load_device_tensors(const char* path, const ckfmt_tensor* tensors,
+                                         size_t n, const int32_t* devices, int verify_checksums,
+                                         char* err, size_t err_cap) {
   return Guarded(err, err_cap, [&]() -> Status {
     CKFMT_RETURN_IF_ERROR(RequirePath(path));
-    auto sd = ToStateDict(tensors, n);
+    auto sd = ToStateDict(tensors, devices, n);
     if (!sd.ok()) return sd.status();
     LoadOptions lo;
     lo.unexpected = UnexpectedPolicy::kIgnore;

@@ -1,0 +1,195 @@
+// The C ABI's GPU tensors (ckfmt_save_device_tensors and
+// ckfmt_load_device_tensors): on the simulated device a mixed host/GPU
+// state round-trips bitwise, and its file verifies and loads into host
+// memory as a host save's would; a bad device number is refused naming the
+// tensor; without a GPU a GPU tensor is refused saying why; with a real GPU
+// (CUDA build), device pointers round-trip. Compiles engine/src/c_api.cc in, so the simulated
+// backend it installs is the one the ABI uses.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "ckfmt/c_api.h"
+#include "ckfmt/cuda.h"
+#include "gpu/device_test_util.h"
+
+#ifdef CKFMT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace {
+
+constexpr int kInvalidArgument = 1;
+constexpr uint8_t kF32 = 2, kBF16 = 4, kI64 = 7;
+namespace fs = std::filesystem;
+
+std::string TempPath(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("ckfmt_c_api_device_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return (dir / name).string();
+}
+
+// model/w: f32 [64, 33]; model/b: bf16 [1000]; step: i64 scalar.
+struct State {
+  std::vector<float> w = std::vector<float>(64 * 33);
+  std::vector<uint16_t> b = std::vector<uint16_t>(1000);
+  int64_t step = 0;
+  static constexpr uint64_t kWShape[2] = {64, 33};
+  static constexpr uint64_t kBShape[1] = {1000};
+
+  static State Made() {
+    State s;
+    for (size_t i = 0; i < s.w.size(); ++i) s.w[i] = 0.001f * float(i) - 0.5f;
+    for (size_t i = 0; i < s.b.size(); ++i) s.b[i] = uint16_t(0x3c00 + 13 * i);
+    s.step = 4321;
+    return s;
+  }
+  // The descriptors, with w's and b's data at the given pointers.
+  std::vector<ckfmt_tensor> Tensors(void* w_data, void* b_data) {
+    return {{"model/w", kF32, 2, kWShape, w_data},
+            {"model/b", kBF16, 1, kBShape, b_data},
+            {"step", kI64, 0, nullptr, &step}};
+  }
+  size_t w_bytes() const { return w.size() * sizeof(float); }
+  size_t b_bytes() const { return b.size() * sizeof(uint16_t); }
+};
+
+class CApiSimulatedDevice : public ckfmt_test::SimulatedDeviceTest {
+ protected:
+  void TearDown() override {
+    for (auto [device, p] : allocated_) ops().Free(device, p);
+    fs::remove_all(fs::path(TempPath("x")).parent_path());
+    SimulatedDeviceTest::TearDown();
+  }
+  void* OnDevice(int device, const void* host, size_t n) {
+    void* p = ops().Allocate(device, n).value();
+    allocated_.push_back({device, p});
+    if (host) ops().Upload(p, host, n);
+    return p;
+  }
+  std::vector<std::pair<int, void*>> allocated_;
+  char err_[512] = {};
+};
+
+TEST_F(CApiSimulatedDevice, AMixedStateRoundTripsBitwise) {
+  State src = State::Made();
+  const std::string gpu_path = TempPath("gpu.ckfmt");
+  // w on cuda:1, b on cuda:0, the step counter on the host.
+  void* w_dev = OnDevice(1, src.w.data(), src.w_bytes());
+  void* b_dev = OnDevice(0, src.b.data(), src.b_bytes());
+  const int32_t devices[3] = {1, 0, -1};
+  auto gpu_tensors = src.Tensors(w_dev, b_dev);
+  ASSERT_EQ(ckfmt_save_device_tensors(gpu_path.c_str(), gpu_tensors.data(), gpu_tensors.size(),
+                                      devices, "byteplane-zstd", err_, sizeof err_),
+            0)
+      << err_;
+  ASSERT_EQ(ckfmt_verify(gpu_path.c_str(), err_, sizeof err_), 0) << err_;
+
+  // Into host memory through the host-only entry point.
+  State host;
+  auto host_tensors = host.Tensors(host.w.data(), host.b.data());
+  ASSERT_EQ(ckfmt_load_tensors(gpu_path.c_str(), host_tensors.data(), host_tensors.size(), 1,
+                               err_, sizeof err_),
+            0)
+      << err_;
+  EXPECT_EQ(host.w, src.w);
+  EXPECT_EQ(host.b, src.b);
+  EXPECT_EQ(host.step, src.step);
+
+  State back;
+  void* w_back = OnDevice(1, nullptr, src.w_bytes());
+  void* b_back = OnDevice(0, nullptr, src.b_bytes());
+  auto into = back.Tensors(w_back, b_back);
+  ASSERT_EQ(ckfmt_load_device_tensors(gpu_path.c_str(), into.data(), into.size(), devices, 1,
+                                      err_, sizeof err_),
+            0)
+      << err_;
+  ops().Download(back.w.data(), w_back, src.w_bytes());
+  ops().Download(back.b.data(), b_back, src.b_bytes());
+  EXPECT_EQ(back.w, src.w);
+  EXPECT_EQ(back.b, src.b);
+  EXPECT_EQ(back.step, src.step);
+}
+
+TEST_F(CApiSimulatedDevice, ADeviceBelowMinusOneIsRefusedNamingTheTensor) {
+  State src = State::Made();
+  const std::string path = TempPath("bad.ckfmt");
+  auto t = src.Tensors(src.w.data(), src.b.data());
+  const int32_t devices[3] = {-1, -2, -1};
+  EXPECT_EQ(ckfmt_save_device_tensors(path.c_str(), t.data(), t.size(), devices, nullptr, err_,
+                                      sizeof err_),
+            kInvalidArgument);
+  EXPECT_NE(std::string(err_).find("tensor 1 (\"model/b\"): device -2"), std::string::npos) << err_;
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_EQ(ckfmt_load_device_tensors(path.c_str(), t.data(), t.size(), devices, 1, err_,
+                                      sizeof err_),
+            kInvalidArgument);
+}
+
+// The backends a build has, without the simulated one: without a GPU, a
+// GPU tensor is refused before anything is written.
+TEST(CApiDevice, WithoutAGpuAGpuTensorIsRefusedSayingWhy) {
+  auto count = ckfmt::CudaDeviceCount();
+  if (count.ok() && *count > 0) GTEST_SKIP() << "a GPU is present; this checks the no-GPU error";
+  State src = State::Made();
+  const std::string path = TempPath("nogpu.ckfmt");
+  std::vector<uint8_t> fake(src.w_bytes());
+  auto t = src.Tensors(fake.data(), src.b.data());
+  const int32_t devices[3] = {0, -1, -1};
+  char err[512] = {};
+  EXPECT_EQ(ckfmt_save_device_tensors(path.c_str(), t.data(), t.size(), devices, nullptr, err,
+                                      sizeof err),
+            kInvalidArgument)
+      << err;
+  EXPECT_NE(std::string(err).find("model/w: tensors on cuda:0 cannot be used here"),
+            std::string::npos)
+      << err;
+  EXPECT_FALSE(fs::exists(path));
+  fs::remove_all(fs::path(path).parent_path());
+}
+
+#ifdef CKFMT_HAVE_CUDA
+TEST(CApiDevice, DevicePointersRoundTripOnARealGpu) {
+  auto count = ckfmt::CudaDeviceCount();
+  if (!count.ok() || *count == 0) {
+    GTEST_SKIP() << "needs a CUDA GPU: "
+                 << (count.ok() ? "no CUDA device is present" : count.status().ToString());
+  }
+  State src = State::Made();
+  const std::string path = TempPath("real.ckfmt");
+  void *w = nullptr, *b = nullptr, *w2 = nullptr, *b2 = nullptr;
+  ASSERT_EQ(cudaMalloc(&w, src.w_bytes()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&b, src.b_bytes()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&w2, src.w_bytes()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&b2, src.b_bytes()), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(w, src.w.data(), src.w_bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(b, src.b.data(), src.b_bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  const int32_t devices[3] = {0, 0, -1};
+  char err[512] = {};
+  auto t = src.Tensors(w, b);
+  ASSERT_EQ(ckfmt_save_device_tensors(path.c_str(), t.data(), t.size(), devices, "zstd", err,
+                                      sizeof err),
+            0)
+      << err;
+  ASSERT_EQ(ckfmt_verify(path.c_str(), err, sizeof err), 0) << err;
+  State back;
+  auto into = back.Tensors(w2, b2);
+  ASSERT_EQ(ckfmt_load_device_tensors(path.c_str(), into.data(), into.size(), devices, 1, err,
+                                      sizeof err),
+            0)
+      << err;
+  ASSERT_EQ(cudaMemcpy(back.w.data(), w2, src.w_bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(back.b.data(), b2, src.b_bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(back.w, src.w);
+  EXPECT_EQ(back.b, src.b);
+  EXPECT_EQ(back.step, src.step);
+  for (void* p : {w, b, w2, b2}) cudaFree(p);
+  fs::remove_all(fs::path(path).parent_path());
+}
+#endif
+
+}  // namespace
