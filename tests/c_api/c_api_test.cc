@@ -153,6 +153,32 @@ TEST_F(CApiTest, WhatCallersGetWrongIsRefusedNamingTheTensor) {
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), good);
 }
 
+// The entry points that take a device per tensor, exported by the library
+// as a binding finds them, with every tensor on the host (-1) and with no
+// device array at all. GPU tensors: c_api_device_test.cc.
+TEST_F(CApiTest, TheDeviceEntryPointsTakeHostTensors) {
+  const int32_t on_host[3] = {-1, -1, -1};
+  for (const int32_t* devices : {on_host, static_cast<const int32_t*>(nullptr)}) {
+    SCOPED_TRACE(devices ? "devices -1" : "devices NULL");
+    auto t = Tensors(w_.data(), b_.data(), &step_);
+    ASSERT_EQ(ckfmt_save_device_tensors(path_.c_str(), t.data(), t.size(), devices, "zstd", err_,
+                                        sizeof err_),
+              0)
+        << err_;
+    std::vector<float> w(6, -7.0f);
+    std::vector<uint16_t> b(5, 0xffff);
+    int64_t step = 0;
+    auto into = Tensors(w.data(), b.data(), &step);
+    ASSERT_EQ(ckfmt_load_device_tensors(path_.c_str(), into.data(), into.size(), devices, 1, err_,
+                                        sizeof err_),
+              0)
+        << err_;
+    EXPECT_EQ(w, w_);
+    EXPECT_EQ(b, b_);
+    EXPECT_EQ(step, step_);
+  }
+}
+
 TEST_F(CApiTest, KeysTheFileLacksAreNamed) {
   ASSERT_EQ(Save(Tensors(w_.data(), b_.data(), &step_)), 0) << err_;
   std::vector<float> other(6);
