@@ -104,9 +104,9 @@ extern "C" int ckfmt_load_tensors(const char* path, const ckfmt_tensor* tensors,
   return ckfmt_load_device_tensors(path, tensors, n, nullptr, verify_checksums, err, err_cap);
 }
 
-extern "C" int ckfmt_save_device_tensors(const char* path, const ckfmt_tensor* tensors,
-                                         size_t n, const int32_t* devices, const char* codec,
-                                         char* err, size_t err_cap) {
+extern "C" int ckfmt_save_device_tensors(const char* path, const ckfmt_tensor* tensors, size_t n,
+                                         const int32_t* devices, const char* codec, char* err,
+                                         size_t err_cap) {
   return Guarded(err, err_cap, [&]() -> Status {
     CKFMT_RETURN_IF_ERROR(RequirePath(path));
     SaveOptions options;
@@ -121,9 +121,9 @@ extern "C" int ckfmt_save_device_tensors(const char* path, const ckfmt_tensor* t
   });
 }
 
-extern "C" int ckfmt_load_device_tensors(const char* path, const ckfmt_tensor* tensors,
-                                         size_t n, const int32_t* devices, int verify_checksums,
-                                         char* err, size_t err_cap) {
+extern "C" int ckfmt_load_device_tensors(const char* path, const ckfmt_tensor* tensors, size_t n,
+                                         const int32_t* devices, int verify_checksums, char* err,
+                                         size_t err_cap) {
   return Guarded(err, err_cap, [&]() -> Status {
     CKFMT_RETURN_IF_ERROR(RequirePath(path));
     auto sd = ToStateDict(tensors, devices, n);

@@ -92,8 +92,8 @@ TEST_F(CApiSimulatedDevice, AMixedStateRoundTripsBitwise) {
   // Into host memory through the host-only entry point.
   State host;
   auto host_tensors = host.Tensors(host.w.data(), host.b.data());
-  ASSERT_EQ(ckfmt_load_tensors(gpu_path.c_str(), host_tensors.data(), host_tensors.size(), 1,
-                               err_, sizeof err_),
+  ASSERT_EQ(ckfmt_load_tensors(gpu_path.c_str(), host_tensors.data(), host_tensors.size(), 1, err_,
+                               sizeof err_),
             0)
       << err_;
   EXPECT_EQ(host.w, src.w);
@@ -104,8 +104,8 @@ TEST_F(CApiSimulatedDevice, AMixedStateRoundTripsBitwise) {
   void* w_back = OnDevice(1, nullptr, src.w_bytes());
   void* b_back = OnDevice(0, nullptr, src.b_bytes());
   auto into = back.Tensors(w_back, b_back);
-  ASSERT_EQ(ckfmt_load_device_tensors(gpu_path.c_str(), into.data(), into.size(), devices, 1,
-                                      err_, sizeof err_),
+  ASSERT_EQ(ckfmt_load_device_tensors(gpu_path.c_str(), into.data(), into.size(), devices, 1, err_,
+                                      sizeof err_),
             0)
       << err_;
   ops().Download(back.w.data(), w_back, src.w_bytes());
@@ -125,9 +125,9 @@ TEST_F(CApiSimulatedDevice, ADeviceBelowMinusOneIsRefusedNamingTheTensor) {
             kInvalidArgument);
   EXPECT_NE(std::string(err_).find("tensor 1 (\"model/b\"): device -2"), std::string::npos) << err_;
   EXPECT_FALSE(fs::exists(path));
-  EXPECT_EQ(ckfmt_load_device_tensors(path.c_str(), t.data(), t.size(), devices, 1, err_,
-                                      sizeof err_),
-            kInvalidArgument);
+  EXPECT_EQ(
+      ckfmt_load_device_tensors(path.c_str(), t.data(), t.size(), devices, 1, err_, sizeof err_),
+      kInvalidArgument);
 }
 
 // The backends a build has, without the simulated one: without a GPU, a
@@ -171,9 +171,9 @@ TEST(CApiDevice, DevicePointersRoundTripOnARealGpu) {
   const int32_t devices[3] = {0, 0, -1};
   char err[512] = {};
   auto t = src.Tensors(w, b);
-  ASSERT_EQ(ckfmt_save_device_tensors(path.c_str(), t.data(), t.size(), devices, "zstd", err,
-                                      sizeof err),
-            0)
+  ASSERT_EQ(
+      ckfmt_save_device_tensors(path.c_str(), t.data(), t.size(), devices, "zstd", err, sizeof err),
+      0)
       << err;
   ASSERT_EQ(ckfmt_verify(path.c_str(), err, sizeof err), 0) << err;
   State back;
