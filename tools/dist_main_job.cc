@@ -398,7 +398,7 @@ int RunStyle(Communicator& world, const Args& args, Style style, SaveMode mode,
   const Style other = style == Style::kFsdp1 ? Style::kFsdp2 : Style::kFsdp1;
   const std::string path = args.dir + "/" + FileName(style, mode);
   Say("\n== %s on %d ranks -> %s file -> %s on %d ranks\n", StyleName(style), n,
-      mode == SaveMode::kParallel ? "parallel" : "flattened", StyleName(other), args.resume_world);
+      std::string(SaveModeName(mode)).c_str(), StyleName(other), args.resume_world);
   int failures = 0;
   Value local = BuildLocalState(params, MakeLayoutFor(style, params, n, rank), true);
   DistSaveOptions o;

@@ -3,8 +3,8 @@
 // state round-trips bitwise, and its file verifies and loads into host
 // memory as a host save's would; a bad device number is refused naming the
 // tensor; without a GPU a GPU tensor is refused saying why; with a real GPU
-// (CUDA build), device pointers round-trip. Compiles engine/src/c_api.cc in, so the simulated
-// backend it installs is the one the ABI uses.
+// (CUDA build), device pointers round-trip. Compiles engine/src/c_api.cc
+// in, so the simulated backend it installs is the one the ABI uses.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "ckfmt/c_api.h"
-#include "ckfmt/cuda.h"
 #include "gpu/device_test_util.h"
 
 #ifdef CKFMT_HAVE_CUDA
@@ -133,8 +132,9 @@ TEST_F(CApiSimulatedDevice, ADeviceBelowMinusOneIsRefusedNamingTheTensor) {
 // The backends a build has, without the simulated one: without a GPU, a
 // GPU tensor is refused before anything is written.
 TEST(CApiDevice, WithoutAGpuAGpuTensorIsRefusedSayingWhy) {
-  auto count = ckfmt::CudaDeviceCount();
-  if (count.ok() && *count > 0) GTEST_SKIP() << "a GPU is present; this checks the no-GPU error";
+  if (ckfmt_test::NoGpuReason().empty()) {
+    GTEST_SKIP() << "a GPU is present; this checks the no-GPU error";
+  }
   State src = State::Made();
   const std::string path = TempPath("nogpu.ckfmt");
   std::vector<uint8_t> fake(src.w_bytes());
@@ -154,11 +154,8 @@ TEST(CApiDevice, WithoutAGpuAGpuTensorIsRefusedSayingWhy) {
 
 #ifdef CKFMT_HAVE_CUDA
 TEST(CApiDevice, DevicePointersRoundTripOnARealGpu) {
-  auto count = ckfmt::CudaDeviceCount();
-  if (!count.ok() || *count == 0) {
-    GTEST_SKIP() << "needs a CUDA GPU: "
-                 << (count.ok() ? "no CUDA device is present" : count.status().ToString());
-  }
+  const std::string why = ckfmt_test::NoGpuReason();
+  if (!why.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << why;
   State src = State::Made();
   const std::string path = TempPath("real.ckfmt");
   void *w = nullptr, *b = nullptr, *w2 = nullptr, *b2 = nullptr;

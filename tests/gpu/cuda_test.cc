@@ -10,6 +10,7 @@
 #include "ckfmt/cuda.h"
 #include "ckfmt/reader.h"
 #include "ckfmt/writer.h"
+#include "gpu/device_test_util.h"
 #include "util/file_util.h"
 #include "util/temp_dir.h"
 #include "util/value_util.h"
@@ -23,13 +24,7 @@ namespace {
 using namespace ckfmt;
 using namespace ckfmt_test;
 
-// Why GPU tests cannot run here, or "" when they can.
-std::string NoGpuReason() {
-  auto n = CudaDeviceCount();
-  if (!n.ok()) return n.status().ToString();
-  if (*n == 0) return "no CUDA device is present";
-  return "";
-}
+using ckfmt_test::NoGpuReason;
 
 #define SKIP_WITHOUT_GPU()                                            \
   do {                                                                \

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "ckfmt/cuda.h"
+
 namespace ckfmt_test {
 
 using namespace ckfmt;
@@ -59,6 +61,13 @@ Value ToDevice(SimulatedDeviceOps& ops, const Value& v, int device,
 
 Value ToHost(SimulatedDeviceOps& ops, const Value& v) {
   return MapTensors(v, [&](const Tensor& t) { return ToHost(ops, t); });
+}
+
+std::string NoGpuReason() {
+  auto n = CudaDeviceCount();
+  if (!n.ok()) return n.status().ToString();
+  if (*n == 0) return "no CUDA device is present";
+  return "";
 }
 
 size_t CountDeviceTensors(const Value& v) {

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "ckfmt/state_dict.h"
 #include "device/simulated_device_ops.h"
@@ -27,6 +28,8 @@ ckfmt::Value ToDevice(ckfmt::SimulatedDeviceOps& ops, const ckfmt::Value& v, int
 ckfmt::Value ToDevice(ckfmt::SimulatedDeviceOps& ops, const ckfmt::Value& v, int device,
                       const std::function<bool(const ckfmt::Tensor&)>& stays);
 ckfmt::Value ToHost(ckfmt::SimulatedDeviceOps& ops, const ckfmt::Value& v);
+// Why tests on a real CUDA GPU cannot run here, or "" when they can.
+std::string NoGpuReason();
 // Number of tensors in `v` on a CUDA device / in total.
 size_t CountDeviceTensors(const ckfmt::Value& v);
 

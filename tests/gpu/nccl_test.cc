@@ -32,12 +32,7 @@ namespace {
 using namespace ckfmt;
 using namespace ckfmt::dist;
 
-std::string NoGpuReason() {
-  auto n = CudaDeviceCount();
-  if (!n.ok()) return n.status().ToString();
-  if (*n == 0) return "no CUDA device is present";
-  return "";
-}
+using ckfmt_test::NoGpuReason;
 
 // Device memory holding `bytes`, freed at scope end.
 struct DeviceBuffer {
