@@ -2,9 +2,11 @@
 
 #include <cstring>
 #include <exception>
-#include <map>
 #include <new>
+#include <set>
+#include <vector>
 
+#include "c_api_state.h"
 #include "ckfmt/reader.h"
 #include "ckfmt/verify.h"
 #include "ckfmt/writer.h"
@@ -37,52 +39,23 @@ int Guarded(char* err, size_t cap, Body body) {
   }
 }
 
-// Where tensor `i` lives: devices[i] as the ABI spells it (-1 host, k >= 0
-// CUDA device k); all on the host without `devices`.
-Result<Device> DeviceOf(const int32_t* devices, size_t i, const std::string& named) {
-  if (!devices || devices[i] == -1) return Device{};
-  if (devices[i] < -1) {
-    return Status::InvalidArgument(named + ": device " + std::to_string(devices[i]) +
-                                   ", expected -1 (host memory) or a CUDA device index");
-  }
-  return Device{DeviceType::kCUDA, devices[i]};
-}
+constexpr Noun kTensorNoun{"tensor", "tensors"}, kEntryNoun{"entry", "entries"};
 
-// Builds a state dict of views over the descriptors, refusing what C
-// callers get wrong: null pointers, unknown dtypes, a key given twice or
-// one that earlier keys are under (a tensor would be silently dropped).
-Result<Value> ToStateDict(const ckfmt_tensor* ts, const int32_t* devices, size_t n) {
-  if (n > 0 && !ts) return Status::InvalidArgument("tensors is NULL for " + std::to_string(n));
-  Value root{Dict{}};
-  std::map<KeyPath, size_t> seen;
-  for (size_t i = 0; i < n; ++i) {
-    const std::string which = "tensor " + std::to_string(i);
-    if (!ts[i].key) return Status::InvalidArgument(which + ": no key");
-    const std::string named = which + " (\"" + ts[i].key + "\")";
-    auto dtype = DTypeFromId(ts[i].dtype);
-    if (!dtype) {
-      return Status::InvalidArgument(named + ": unknown dtype id " + std::to_string(ts[i].dtype));
-    }
-    if (ts[i].ndim > 0 && !ts[i].shape) return Status::InvalidArgument(named + ": shape is NULL");
-    Shape shape(ts[i].shape, ts[i].shape + ts[i].ndim);
-    auto bytes = ShapeBytes(shape, DTypeSize(*dtype));
-    if (!bytes.ok()) return bytes.status().WithContext(named);
-    if (*bytes > 0 && !ts[i].data) return Status::InvalidArgument(named + ": data is NULL");
-    CKFMT_ASSIGN_OR_RETURN(Device device, DeviceOf(devices, i, named));
-    KeyPath path = ParseKeyPath(ts[i].key);
-    // InsertAtPath would replace what is there: an earlier tensor of the
-    // same key, or the dict holding earlier tensors under this key.
-    if (root.Find(path)) {
-      const auto at = seen.find(path);
-      return Status::InvalidArgument(
-          named + (at != seen.end() ? ": the same key as tensor " + std::to_string(at->second)
-                                    : ": a key that earlier tensors are under"));
-    }
-    seen.emplace(path, i);
-    CKFMT_RETURN_IF_ERROR(InsertAtPath(&root, path, Tensor::View(*dtype, shape, ts[i].data, device))
-                              .WithContext(named));
+// The tensors as entries of the state API, on `devices` (all on the host
+// without).
+std::vector<ckfmt_entry> TensorEntries(const ckfmt_tensor* ts, const int32_t* devices, size_t n) {
+  std::vector<ckfmt_entry> entries(ts ? n : 0);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    ckfmt_entry& e = entries[i];
+    e.key = ts[i].key;
+    e.kind = CKFMT_KIND_TENSOR;
+    e.dtype = ts[i].dtype;
+    e.device = devices ? devices[i] : -1;
+    e.ndim = ts[i].ndim;
+    e.shape = ts[i].shape;
+    e.data = ts[i].data;
   }
-  return root;
+  return entries;
 }
 
 Status RequirePath(const char* path) {
@@ -104,35 +77,182 @@ extern "C" int ckfmt_load_tensors(const char* path, const ckfmt_tensor* tensors,
   return ckfmt_load_device_tensors(path, tensors, n, nullptr, verify_checksums, err, err_cap);
 }
 
+namespace {
+
+Status SaveEntries(const char* path, const ckfmt_entry* entries, size_t n, const Noun& noun,
+                   const ckfmt_metadata* metadata, size_t n_metadata, const char* codec) {
+  CKFMT_RETURN_IF_ERROR(RequirePath(path));
+  SaveOptions options;
+  if (codec) {
+    auto c = CodecFromName(codec);
+    if (!c.ok()) return c.status();
+    options.codec = *c;
+  }
+  if (n_metadata > 0 && !metadata) {
+    return Status::InvalidArgument("metadata is NULL for " + std::to_string(n_metadata));
+  }
+  for (size_t i = 0; i < n_metadata; ++i) {
+    if (!metadata[i].key || !metadata[i].value) {
+      return Status::InvalidArgument("metadata " + std::to_string(i) + ": key or value is NULL");
+    }
+    options.metadata.emplace_back(metadata[i].key, metadata[i].value);
+  }
+  CKFMT_ASSIGN_OR_RETURN(Value sd, EntriesToStateDict(entries, n, noun, false));
+  return Save(path, sd, options).status();
+}
+
+}  // namespace
+
 extern "C" int ckfmt_save_device_tensors(const char* path, const ckfmt_tensor* tensors, size_t n,
                                          const int32_t* devices, const char* codec, char* err,
                                          size_t err_cap) {
   return Guarded(err, err_cap, [&]() -> Status {
-    CKFMT_RETURN_IF_ERROR(RequirePath(path));
-    SaveOptions options;
-    if (codec) {
-      auto c = CodecFromName(codec);
-      if (!c.ok()) return c.status();
-      options.codec = *c;
-    }
-    auto sd = ToStateDict(tensors, devices, n);
-    if (!sd.ok()) return sd.status();
-    return Save(path, *sd, options).status();
+    const auto entries = TensorEntries(tensors, devices, n);
+    return SaveEntries(path, tensors ? entries.data() : nullptr, n, kTensorNoun, nullptr, 0, codec);
   });
 }
+
+extern "C" int ckfmt_save_entries(const char* path, const ckfmt_entry* entries, size_t n,
+                                  const ckfmt_metadata* metadata, size_t n_metadata,
+                                  const char* codec, char* err, size_t err_cap) {
+  return Guarded(err, err_cap, [&]() -> Status {
+    return SaveEntries(path, entries, n, kEntryNoun, metadata, n_metadata, codec);
+  });
+}
+
+namespace {
+
+Result<LoadOptions> LoadOptionsOf(const ckfmt_load_options& o) {
+  LoadOptions lo;
+  switch (o.unexpected) {
+    case CKFMT_UNEXPECTED_RECONSTRUCT:
+      lo.unexpected = UnexpectedPolicy::kReconstruct;
+      break;
+    case CKFMT_UNEXPECTED_IGNORE:
+      lo.unexpected = UnexpectedPolicy::kIgnore;
+      break;
+    case CKFMT_UNEXPECTED_ERROR:
+      lo.unexpected = UnexpectedPolicy::kError;
+      break;
+    default:
+      return Status::InvalidArgument("options.unexpected is " + std::to_string(o.unexpected) +
+                                     ", expected 0, 1 or 2 (CKFMT_UNEXPECTED_*)");
+  }
+  switch (o.missing) {
+    case CKFMT_MISSING_ERROR:
+      lo.missing = MissingPolicy::kError;
+      break;
+    case CKFMT_MISSING_IGNORE:
+      lo.missing = MissingPolicy::kIgnore;
+      break;
+    default:
+      return Status::InvalidArgument("options.missing is " + std::to_string(o.missing) +
+                                     ", expected 0 or 1 (CKFMT_MISSING_*)");
+  }
+  CKFMT_ASSIGN_OR_RETURN(lo.reconstruct_device,
+                         DeviceFromAbi(o.reconstruct_device, "options.reconstruct_device"));
+  if (o.n_prefixes > 0 && !o.prefixes) {
+    return Status::InvalidArgument("options.prefixes is NULL for " + std::to_string(o.n_prefixes));
+  }
+  for (size_t i = 0; i < o.n_prefixes; ++i) {
+    if (!o.prefixes[i]) {
+      return Status::InvalidArgument("options.prefixes[" + std::to_string(i) + "] is NULL");
+    }
+    lo.prefixes.push_back(ParseKeyPath(o.prefixes[i]));
+  }
+  if (o.alloc) {
+    lo.allocator = [&o](DType dtype, const Shape& shape, const KeyPath& at,
+                        Device device) -> Result<Tensor> {
+      const std::string key = FormatKeyPath(at);
+      ckfmt_entry e{};
+      e.key = key.c_str();
+      e.kind = CKFMT_KIND_TENSOR;
+      e.dtype = static_cast<uint8_t>(dtype);
+      e.device = DeviceToAbi(device);
+      e.ndim = static_cast<uint32_t>(shape.size());
+      e.shape = shape.data();
+      void* data = o.alloc(o.alloc_ctx, &e);
+      if (!data) return Status::Aborted("the caller's alloc returned NULL");
+      return Tensor::View(dtype, shape, data, device);
+    };
+  }
+  return lo;
+}
+
+// Hands the caller every loaded value it does not hold in place (see
+// ckfmt_load_entries): what the report names, and the containers above it.
+Status HandOver(const Value& sd, const LoadReport& report, const std::set<KeyPath>& callers_tensors,
+                const ckfmt_load_options& o, const std::string& file) {
+  if (!o.on_entry) return Status::OK();
+  std::set<KeyPath> loaded;
+  for (const auto* list : {&report.loaded_in_place, &report.reconstructed}) {
+    for (const KeyPath& p : *list) {
+      for (size_t depth = 1; depth <= p.size(); ++depth)
+        loaded.emplace(p.begin(), p.begin() + depth);
+    }
+  }
+  Status status;
+  std::vector<uint64_t> shape;
+  VisitValues(sd, [&](const KeyPath& p, const Value& v) {
+    if (!status.ok() || !loaded.count(p) || callers_tensors.count(p)) return;
+    const std::string key = FormatKeyPath(p);
+    const ckfmt_entry e = EntryOf(key, v, &shape);
+    if (int rc = o.on_entry(o.entry_ctx, &e); rc != 0) {
+      status = Status::Aborted(file + ": on_entry returned " + std::to_string(rc) + " for " + key);
+    }
+  });
+  return status;
+}
+
+Status LoadEntries(const char* path, const ckfmt_entry* entries, size_t n, const Noun& noun,
+                   const ckfmt_load_options& o) {
+  CKFMT_RETURN_IF_ERROR(RequirePath(path));
+  CKFMT_ASSIGN_OR_RETURN(LoadOptions lo, LoadOptionsOf(o));
+  CKFMT_ASSIGN_OR_RETURN(Value sd, EntriesToStateDict(entries, n, noun, true));
+  std::set<KeyPath> callers_tensors;
+  for (size_t i = 0; i < n; ++i) {
+    if (entries[i].kind == CKFMT_KIND_TENSOR) callers_tensors.insert(ParseKeyPath(entries[i].key));
+  }
+  ReadOptions ro;
+  ro.verify_checksums = o.verify_checksums != 0;
+  CKFMT_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(path, ro));
+  if (o.on_metadata) {
+    for (const auto& [key, value] : reader->index().metadata) {
+      if (int rc = o.on_metadata(o.metadata_ctx, key.c_str(), value.c_str()); rc != 0) {
+        return Status::Aborted(std::string(path) + ": on_metadata returned " + std::to_string(rc) +
+                               " for \"" + key + "\"");
+      }
+    }
+  }
+  CKFMT_ASSIGN_OR_RETURN(LoadReport report, reader->Load(&sd, lo));
+  return HandOver(sd, report, callers_tensors, o, path);
+}
+
+ckfmt_load_options DefaultLoadOptions() {
+  ckfmt_load_options o{};
+  o.verify_checksums = 1;
+  o.reconstruct_device = -1;
+  return o;
+}
+
+}  // namespace
 
 extern "C" int ckfmt_load_device_tensors(const char* path, const ckfmt_tensor* tensors, size_t n,
                                          const int32_t* devices, int verify_checksums, char* err,
                                          size_t err_cap) {
   return Guarded(err, err_cap, [&]() -> Status {
-    CKFMT_RETURN_IF_ERROR(RequirePath(path));
-    auto sd = ToStateDict(tensors, devices, n);
-    if (!sd.ok()) return sd.status();
-    LoadOptions lo;
-    lo.unexpected = UnexpectedPolicy::kIgnore;
-    ReadOptions ro;
-    ro.verify_checksums = verify_checksums != 0;
-    return Load(path, &*sd, lo, ro).status();
+    ckfmt_load_options o = DefaultLoadOptions();
+    o.verify_checksums = verify_checksums;
+    o.unexpected = CKFMT_UNEXPECTED_IGNORE;
+    const auto entries = TensorEntries(tensors, devices, n);
+    return LoadEntries(path, tensors ? entries.data() : nullptr, n, kTensorNoun, o);
+  });
+}
+
+extern "C" int ckfmt_load_entries(const char* path, const ckfmt_entry* entries, size_t n,
+                                  const ckfmt_load_options* options, char* err, size_t err_cap) {
+  return Guarded(err, err_cap, [&]() -> Status {
+    return LoadEntries(path, entries, n, kEntryNoun, options ? *options : DefaultLoadOptions());
   });
 }
 

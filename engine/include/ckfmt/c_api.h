@@ -57,6 +57,119 @@ int ckfmt_load_device_tensors(const char* path, const ckfmt_tensor* tensors,
                               size_t n, const int32_t* devices, int verify_checksums,
                               char* err, size_t err_cap);
 
+/* ---- Whole training states: every kind of value, and what the caller lacks.
+ *
+ * A ckfmt_entry describes one value of a state dict at a key path. Its kind
+ * is one of spec/FORMAT.md's entry kinds (CKFMT_KIND_*), and only the
+ * fields of that kind are read:
+ *   TENSOR   dtype, shape (ndim, shape), data, device (-1: host memory,
+ *            k >= 0: memory of CUDA device k)
+ *   INT      int_value;  BOOL  int_value (0 false, else true)
+ *   FLOAT    float_value
+ *   STRING   bytes, size (UTF-8, no terminator needed)
+ *   BYTES    bytes, size, content_type (e.g. "pickle", "json"; NULL: "")
+ *   NONE, DICT, LIST  nothing: DICT and LIST are empty containers that
+ *            later entries may fill.
+ * Parents that no entry names are created as the key path says: a dict
+ * for a key component, a list for an index component ("[0]"), whose
+ * elements must then come in order. A container must come before the
+ * entries under it; a key given twice, or one that earlier entries are
+ * under, is refused (kInvalidArgument), naming the entry's index and key. */
+#define CKFMT_KIND_TENSOR 1
+#define CKFMT_KIND_BYTES 2
+#define CKFMT_KIND_INT 3
+#define CKFMT_KIND_FLOAT 4
+#define CKFMT_KIND_BOOL 5
+#define CKFMT_KIND_STRING 6
+#define CKFMT_KIND_NONE 7
+#define CKFMT_KIND_DICT 8
+#define CKFMT_KIND_LIST 9
+
+typedef struct ckfmt_entry {
+  const char* key;
+  uint8_t kind;
+  uint8_t dtype;
+  int32_t device;
+  uint32_t ndim;
+  const uint64_t* shape;
+  void* data;
+  int64_t int_value;
+  double float_value;
+  const void* bytes;
+  uint64_t size;
+  const char* content_type;
+} ckfmt_entry;
+
+/* User metadata: a string -> string map stored in the file's index. */
+typedef struct ckfmt_metadata {
+  const char* key;
+  const char* value;
+} ckfmt_metadata;
+
+/* Saves the entries, and the metadata (n_metadata pairs, keys unique), to
+ * path atomically: a failed save leaves what was at path as it was.
+ * codec: as ckfmt_save_tensors. */
+int ckfmt_save_entries(const char* path, const ckfmt_entry* entries, size_t n,
+                       const ckfmt_metadata* metadata, size_t n_metadata,
+                       const char* codec, char* err, size_t err_cap);
+
+/* Memory for a tensor that the caller lacks: `entry` holds its key, dtype,
+ * shape and the device it belongs on (ckfmt_load_options.reconstruct_device).
+ * Returns memory on that device for the whole tensor, contiguous and
+ * row-major, which the load fills and the caller owns; NULL fails the load
+ * (kAborted). Called on the thread that called ckfmt_load_entries, before
+ * any data is read. */
+typedef void* (*ckfmt_alloc_fn)(void* ctx, const ckfmt_entry* entry);
+/* One value of the loaded state (see ckfmt_load_entries); pointers in
+ * `entry` are valid during the call only, except tensor data from alloc.
+ * A nonzero return stops the calls and fails the load (kAborted). */
+typedef int (*ckfmt_entry_fn)(void* ctx, const ckfmt_entry* entry);
+typedef int (*ckfmt_metadata_fn)(void* ctx, const char* key, const char* value);
+
+#define CKFMT_UNEXPECTED_RECONSTRUCT 0 /* create what the caller lacks */
+#define CKFMT_UNEXPECTED_IGNORE 1      /* leave it in the file */
+#define CKFMT_UNEXPECTED_ERROR 2       /* refuse (kUnexpectedKeys), listing it all */
+#define CKFMT_MISSING_ERROR 0          /* refuse (kMissingKeys), listing it all */
+#define CKFMT_MISSING_IGNORE 1         /* leave the caller's entries as they are */
+
+typedef struct ckfmt_load_options {
+  int verify_checksums;       /* nonzero: check every chunk read */
+  int unexpected;             /* CKFMT_UNEXPECTED_* */
+  int missing;                /* CKFMT_MISSING_* */
+  int32_t reconstruct_device; /* where created tensors go: -1 host, k CUDA device k */
+  const char* const* prefixes; /* load only entries under these key paths; */
+  size_t n_prefixes;           /* none: everything */
+  ckfmt_alloc_fn alloc;        /* NULL: host memory of ckfmt's, valid during on_entry */
+  void* alloc_ctx;
+  ckfmt_entry_fn on_entry; /* may be NULL */
+  void* entry_ctx;
+  ckfmt_metadata_fn on_metadata; /* may be NULL */
+  void* metadata_ctx;
+} ckfmt_load_options;
+
+/* Loads path into what the caller has, and hands over what it lacks.
+ * `entries` are the caller's: tensors are filled in place (the file's dtype
+ * and shape, else kMismatch); other kinds declare that the caller holds a
+ * value of that kind there. Entries the file has and the caller lacks are
+ * created (tensors in memory from alloc), ignored or refused, per
+ * `unexpected`; the caller's entries the file lacks per `missing`.
+ * options NULL: verify, reconstruct on the host, missing is an error.
+ *
+ * First on_metadata gets the file's metadata, pair by pair. Then, after all
+ * data is read, on_entry gets, in pre-order (a container before what it
+ * holds; in a dict, the keys the caller passed first, in its order, then
+ * the created ones in the file's), every value loaded from the file that
+ * is not a tensor the caller passed: created tensors, every scalar, string
+ * and bytes value (the caller's included: theirs is the file's value), and
+ * every container holding a loaded value. Setting each at its key path
+ * rebuilds the loaded state around the caller's tensors.
+ *
+ * A refusal found before data is read (kinds, dtypes, shapes, policies,
+ * memory) changes no tensor. A failure while reading may leave tensors
+ * filled in place holding any mix of old and new bytes. */
+int ckfmt_load_entries(const char* path, const ckfmt_entry* entries, size_t n,
+                       const ckfmt_load_options* options, char* err, size_t err_cap);
+
 /* Fully verifies a file (as `ckfmt verify`); returns 0 if valid. */
 int ckfmt_verify(const char* path, char* err, size_t err_cap);
 

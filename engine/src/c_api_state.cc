@@ -1,0 +1,162 @@
+#include "c_api_state.h"
+
+#include <map>
+
+namespace ckfmt {
+
+Result<Device> DeviceFromAbi(int32_t device, const std::string& named) {
+  if (device == -1) return Device{};
+  if (device < -1) {
+    return Status::InvalidArgument(named + ": device " + std::to_string(device) +
+                                   ", expected -1 (host memory) or a CUDA device index");
+  }
+  return Device{DeviceType::kCUDA, device};
+}
+
+int32_t DeviceToAbi(Device device) {
+  return device.type == DeviceType::kCPU ? -1 : static_cast<int32_t>(device.index);
+}
+
+namespace {
+
+Result<Value> TensorOf(const ckfmt_entry& e, const std::string& named) {
+  auto dtype = DTypeFromId(e.dtype);
+  if (!dtype)
+    return Status::InvalidArgument(named + ": unknown dtype id " + std::to_string(e.dtype));
+  if (e.ndim > 0 && !e.shape) return Status::InvalidArgument(named + ": shape is NULL");
+  Shape shape(e.shape, e.shape + e.ndim);
+  auto bytes = ShapeBytes(shape, DTypeSize(*dtype));
+  if (!bytes.ok()) return bytes.status().WithContext(named);
+  if (*bytes > 0 && !e.data) return Status::InvalidArgument(named + ": data is NULL");
+  CKFMT_ASSIGN_OR_RETURN(Device device, DeviceFromAbi(e.device, named));
+  return Value(Tensor::View(*dtype, shape, e.data, device));
+}
+
+// The caller's string or bytes, which `declarations_only` leaves empty.
+Result<std::string> TextOf(const ckfmt_entry& e, const std::string& named, bool declarations_only) {
+  if (declarations_only) return std::string();
+  if (e.size > 0 && !e.bytes) return Status::InvalidArgument(named + ": bytes is NULL");
+  return std::string(static_cast<const char*>(e.bytes), e.size);
+}
+
+Result<Value> ValueOf(const ckfmt_entry& e, const std::string& named, bool declarations_only) {
+  switch (e.kind) {
+    case CKFMT_KIND_TENSOR:
+      return TensorOf(e, named);
+    case CKFMT_KIND_INT:
+      return Value(e.int_value);
+    case CKFMT_KIND_BOOL:
+      return Value(e.int_value != 0);
+    case CKFMT_KIND_FLOAT:
+      return Value(e.float_value);
+    case CKFMT_KIND_NONE:
+      return Value();
+    case CKFMT_KIND_DICT:
+      return Value(Dict{});
+    case CKFMT_KIND_LIST:
+      return Value(List{});
+    case CKFMT_KIND_STRING: {
+      CKFMT_ASSIGN_OR_RETURN(std::string s, TextOf(e, named, declarations_only));
+      return Value(std::move(s));
+    }
+    case CKFMT_KIND_BYTES: {
+      CKFMT_ASSIGN_OR_RETURN(std::string s, TextOf(e, named, declarations_only));
+      return Value(Bytes{e.content_type ? e.content_type : "", std::move(s)});
+    }
+    default:
+      return Status::InvalidArgument(named + ": unknown kind " + std::to_string(e.kind) +
+                                     ", expected 1 to 9 (CKFMT_KIND_*)");
+  }
+}
+
+}  // namespace
+
+Result<Value> EntriesToStateDict(const ckfmt_entry* entries, size_t n, const Noun& noun,
+                                 bool declarations_only) {
+  if (n > 0 && !entries) {
+    return Status::InvalidArgument(noun.plural + std::string(" is NULL for ") + std::to_string(n));
+  }
+  Value root{Dict{}};
+  std::map<KeyPath, size_t> seen;
+  for (size_t i = 0; i < n; ++i) {
+    const ckfmt_entry& e = entries[i];
+    const std::string which = noun.one + (" " + std::to_string(i));
+    if (!e.key) return Status::InvalidArgument(which + ": no key");
+    const std::string named = which + " (\"" + e.key + "\")";
+    CKFMT_ASSIGN_OR_RETURN(Value value, ValueOf(e, named, declarations_only));
+    KeyPath path = ParseKeyPath(e.key);
+    if (path.empty()) return Status::InvalidArgument(named + ": the empty key path (the root)");
+    // InsertAtPath would replace what is there: an earlier entry of the
+    // same key, or a container holding earlier entries.
+    if (root.Find(path)) {
+      const auto at = seen.find(path);
+      return Status::InvalidArgument(
+          named +
+          (at != seen.end()
+               ? ": the same key as " + std::string(noun.one) + " " + std::to_string(at->second)
+               : ": a key that earlier " + std::string(noun.plural) + " are under"));
+    }
+    seen.emplace(path, i);
+    // A parent of the wrong kind, or a list index out of order: the
+    // caller's descriptors are at fault, not a file.
+    if (Status s = InsertAtPath(&root, path, std::move(value)); !s.ok()) {
+      return Status::InvalidArgument(named + ": " + s.message());
+    }
+  }
+  return root;
+}
+
+ckfmt_entry EntryOf(const std::string& key, const Value& value,
+                    std::vector<uint64_t>* shape_buffer) {
+  ckfmt_entry e{};
+  e.key = key.c_str();
+  e.device = -1;
+  switch (value.kind()) {
+    case Value::Kind::kTensor: {
+      const Tensor& t = value.as_tensor();
+      shape_buffer->assign(t.shape().begin(), t.shape().end());
+      e.kind = CKFMT_KIND_TENSOR;
+      e.dtype = static_cast<uint8_t>(t.dtype());
+      e.device = DeviceToAbi(t.device());
+      e.ndim = static_cast<uint32_t>(shape_buffer->size());
+      e.shape = shape_buffer->data();
+      e.data = t.data();
+      break;
+    }
+    case Value::Kind::kInt:
+      e.kind = CKFMT_KIND_INT;
+      e.int_value = value.as_int();
+      break;
+    case Value::Kind::kBool:
+      e.kind = CKFMT_KIND_BOOL;
+      e.int_value = value.as_bool();
+      break;
+    case Value::Kind::kFloat:
+      e.kind = CKFMT_KIND_FLOAT;
+      e.float_value = value.as_float();
+      break;
+    case Value::Kind::kString:
+      e.kind = CKFMT_KIND_STRING;
+      e.bytes = value.as_string().data();
+      e.size = value.as_string().size();
+      break;
+    case Value::Kind::kBytes:
+      e.kind = CKFMT_KIND_BYTES;
+      e.bytes = value.as_bytes().data.data();
+      e.size = value.as_bytes().data.size();
+      e.content_type = value.as_bytes().content_type.c_str();
+      break;
+    case Value::Kind::kNone:
+      e.kind = CKFMT_KIND_NONE;
+      break;
+    case Value::Kind::kDict:
+      e.kind = CKFMT_KIND_DICT;
+      break;
+    case Value::Kind::kList:
+      e.kind = CKFMT_KIND_LIST;
+      break;
+  }
+  return e;
+}
+
+}  // namespace ckfmt
