@@ -11,59 +11,38 @@ Prints medians of --runs runs with min-max, and ckfmt's ratio to each.
 
 --device cuda puts the state and the load destinations on the GPU: every
 system then saves from and loads into GPU memory as its users call it
-(ckfmt through ckfmt_save_device_tensors, torch.save of CUDA tensors,
+(ckfmt through its Python binding, tools/python/ckfmt.py, which hands
+the GPU pointers to libckfmt.so; torch.save of CUDA tensors,
 torch.load restoring them to the GPU, DCP into CUDA tensors, safetensors
 with device="cuda"); each operation ends with torch.cuda.synchronize().
 """
 import argparse
-import ctypes
 import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 
 import torch
 
-DTYPE_ID = {torch.float64: 1, torch.float32: 2, torch.float16: 3, torch.bfloat16: 4,
-            torch.int64: 7, torch.int32: 8, torch.uint8: 11}
-
-
-class Tensor(ctypes.Structure):
-    _fields_ = [("key", ctypes.c_char_p), ("dtype", ctypes.c_uint8), ("ndim", ctypes.c_uint32),
-                ("shape", ctypes.POINTER(ctypes.c_uint64)), ("data", ctypes.c_void_p)]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools",
+                                "python"))
+import ckfmt  # noqa: E402  the binding users call: tools/python/ckfmt.py
 
 
 class Ckfmt:
-    def __init__(self, path):
-        self.lib = ctypes.CDLL(path)
-        self.err = ctypes.create_string_buffer(4096)
+    """ckfmt through its Python binding, on the library given."""
 
-    def _descs(self, sd):
-        """The tensors' descriptors, and where each lives (-1 host, else its CUDA device)."""
-        arr = (Tensor * len(sd))()
-        devices = (ctypes.c_int32 * len(sd))()
-        keep = []
-        for i, (k, t) in enumerate(sd.items()):
-            shape = (ctypes.c_uint64 * t.dim())(*t.shape)
-            keep.append(shape)
-            arr[i] = Tensor(k.replace(".", "/").encode(), DTYPE_ID[t.dtype], t.dim(), shape,
-                            t.data_ptr())
-            devices[i] = t.device.index if t.is_cuda else -1
-        return arr, devices, keep
+    def __init__(self, lib):
+        self.lib = lib
 
     def save(self, path, sd, codec="none"):
-        arr, devices, _keep = self._descs(sd)
-        if self.lib.ckfmt_save_device_tensors(path.encode(), arr, ctypes.c_size_t(len(sd)), devices,
-                                              codec.encode(), self.err, ctypes.c_size_t(4096)):
-            raise RuntimeError(self.err.value.decode())
+        ckfmt.save(path, sd, codec=codec, lib=self.lib)
 
     def load(self, path, sd, verify=True):
-        arr, devices, _keep = self._descs(sd)
-        if self.lib.ckfmt_load_device_tensors(path.encode(), arr, ctypes.c_size_t(len(sd)), devices,
-                                              int(verify), self.err, ctypes.c_size_t(4096)):
-            raise RuntimeError(self.err.value.decode())
+        ckfmt.load(path, sd, verify=verify, lib=self.lib)
 
 
 def make_state(total_bytes):

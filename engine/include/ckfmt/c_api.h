@@ -117,7 +117,7 @@ int ckfmt_save_entries(const char* path, const ckfmt_entry* entries, size_t n,
  * shape and the device it belongs on (ckfmt_load_options.reconstruct_device).
  * Returns memory on that device for the whole tensor, contiguous and
  * row-major, which the load fills and the caller owns; NULL fails the load
- * (kAborted). Called on the thread that called ckfmt_load_entries, before
+ * (kAborted), except for a tensor without elements, which needs no memory. Called on the thread that called ckfmt_load_entries, before
  * any data is read. */
 typedef void* (*ckfmt_alloc_fn)(void* ctx, const ckfmt_entry* entry);
 /* One value of the loaded state (see ckfmt_load_entries); pointers in

@@ -1,0 +1,247 @@
+"""The Python binding (tools/python/ckfmt.py) over libckfmt.so.
+
+With numpy (CI installs Debian's python3-numpy): every kind of value
+round-trips; the caller's arrays are filled in place and what it lacks is
+created; int keys, tuples and OrderedDicts come back; policies, refusals
+and a failed save that keeps the previous file. With torch as well (the
+bench venv has it): an AdamW run resumed from a fresh optimizer steps
+bitwise as the original, and `ckfmt convert` of a binding's file gives
+torch.load its int keys back. Without numpy the test is skipped (exit 77).
+
+    CKFMT_LIB=build/engine/libckfmt.so CKFMT_TOOL=build/tools/ckfmt \\
+        python3 tests/python/test_binding.py
+"""
+
+import collections
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools",
+                                "python"))
+try:
+    import numpy as np
+except ImportError:
+    print("test_binding: numpy is not installed; skipped")
+    sys.exit(77)
+try:
+    import torch
+except ImportError:
+    torch = None
+
+import ckfmt  # noqa: E402
+
+
+def same(a, b):
+    """Equal values, containers of the same types, arrays bitwise."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a.keys()) == list(b.keys()) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    if torch is not None and isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and a.shape == b.shape and a.device == b.device and \
+            torch.equal(a.view(torch.uint8) if a.numel() else a, b.view(torch.uint8) if b.numel() else b)
+    return a == b
+
+
+def training_state():
+    rng = np.random.default_rng(7)
+    return {
+        "model": {"layers.0.weight": rng.standard_normal((4, 3)).astype(np.float32),
+                  "layers.0.bias": np.arange(4, dtype=np.int64),
+                  "empty": np.zeros((0, 5), dtype=np.float16)},
+        "optim": {"state": {0: {"step": 3, "exp_avg": rng.standard_normal(12) * 1e-3},
+                            1: {"step": 3, "exp_avg": np.full(4, 1e-4)}},
+                  "param_groups": [{"lr": 3e-4, "betas": (0.9, 0.999), "params": [0, 1],
+                                    "amsgrad": False, "foreach": None}]},
+        "loader": collections.OrderedDict(epoch=2, seen=b"\x00\x01\xff", name="shard-0 \u00e9"),
+        "rng": rng.integers(0, 255, 64, dtype=np.uint8),
+        "flags": [True, 0.5, -(1 << 63), [], {}],
+    }
+
+
+def load_numpy(*args, **kwargs):
+    """ckfmt.load creating numpy arrays, torch imported or not."""
+    return ckfmt.load(*args, tensor_type="numpy", **kwargs)
+
+
+class BindingTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="ckfmt_binding_")
+        self.path = os.path.join(self.dir, "state.ckfmt")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def test_every_kind_round_trips(self):
+        for codec in ("none", "zstd", "byteplane-zstd"):
+            with self.subTest(codec=codec):
+                state = training_state()
+                ckfmt.save(self.path, state, codec=codec, metadata={"run": "7"})
+                ckfmt.verify(self.path)
+                ckfmt.verify(self.path, checksums_only=True)
+                back = load_numpy(self.path)
+                self.assertTrue(same(back, state), back)
+
+    def test_the_callers_arrays_are_filled_and_what_it_lacks_created(self):
+        state = training_state()
+        ckfmt.save(self.path, state)
+        w = np.zeros((4, 3), np.float32)
+        mine = {"model": {"layers.0.weight": w}, "optim": {"state": {}, "param_groups": []},
+                "note": "kept"}
+        back = load_numpy(self.path, mine, missing="ignore")
+        self.assertIs(back, mine)
+        self.assertIs(back["model"]["layers.0.weight"], w)  # in place
+        self.assertTrue(same(w, state["model"]["layers.0.weight"]))
+        self.assertTrue(same(back["optim"], state["optim"]))  # created, int keys included
+        self.assertEqual(back["note"], "kept")
+        with self.assertRaises(ckfmt.CkfmtError) as e:
+            load_numpy(self.path, {"note": "kept"})
+        self.assertEqual(e.exception.code, "MissingKeys")
+        self.assertIn("note", str(e.exception))
+
+    def test_a_non_contiguous_destination_is_filled(self):
+        state = {"w": np.arange(12, dtype=np.float32).reshape(3, 4)}
+        ckfmt.save(self.path, state)
+        big = np.zeros((4, 3), np.float32)
+        dest = big.T  # (3, 4), not C-contiguous
+        load_numpy(self.path, {"w": dest})
+        self.assertTrue(same(np.ascontiguousarray(dest), state["w"]))
+
+    def test_policies_and_prefixes(self):
+        ckfmt.save(self.path, training_state())
+        w = np.zeros((4, 3), np.float32)
+        with self.assertRaises(ckfmt.CkfmtError) as e:
+            load_numpy(self.path, {"model": {"layers.0.weight": w}}, unexpected="error")
+        self.assertEqual(e.exception.code, "UnexpectedKeys")
+        back = load_numpy(self.path, {"model": {"layers.0.weight": w}}, unexpected="ignore")
+        self.assertEqual(list(back.keys()), ["model"])
+        self.assertEqual(list(back["model"].keys()), ["layers.0.weight"])
+        back = load_numpy(self.path, prefixes=["optim/param_groups", ["loader", "epoch"]])
+        self.assertEqual(back, {"optim": {"param_groups": training_state()["optim"]["param_groups"]},
+                                "loader": {"epoch": 2}})
+
+    def test_mismatches_name_the_key(self):
+        ckfmt.save(self.path, training_state())
+        with self.assertRaises(ckfmt.CkfmtError) as e:
+            load_numpy(self.path, {"model": {"layers.0.weight": np.zeros((3, 4), np.float32)}})
+        self.assertEqual(e.exception.code, "Mismatch")
+        self.assertIn("model/layers.0.weight", str(e.exception))
+        with self.assertRaises(ckfmt.CkfmtError) as e:
+            load_numpy(self.path, {"model": {"layers.0.weight": np.zeros((4, 3), np.float64)}})
+        self.assertEqual(e.exception.code, "Mismatch")
+
+    def test_pickled_objects_need_allow_pickle(self):
+        state = {"w": np.ones(3), "sampler": {"seen": {1, 2, 3}}, "step": 9}
+        ckfmt.save(self.path, state)
+        w = np.zeros(3)
+        mine = {"w": w, "step": 0}
+        with self.assertRaises(ckfmt.CkfmtError) as e:
+            load_numpy(self.path, mine)
+        self.assertIn("sampler/seen holds a pickled object", str(e.exception))
+        self.assertEqual(mine, {"w": w, "step": 0})  # nothing but the tensors changed
+        back = load_numpy(self.path, mine, allow_pickle=True)
+        self.assertEqual(back["sampler"], {"seen": {1, 2, 3}})
+        self.assertEqual(back["step"], 9)
+
+    def test_a_failed_save_keeps_the_previous_file(self):
+        ckfmt.save(self.path, training_state())
+        with open(self.path, "rb") as f:
+            good = f.read()
+        for bad, error in [({"big": 1 << 64}, OverflowError),
+                           ({"mixed": {1: "a", "b": 2}}, TypeError),
+                           ({"key": {(1, 2): 3}}, TypeError),
+                           ({"w": np.zeros(2, dtype=np.float128)}, TypeError)]:
+            with self.subTest(bad=str(bad)[:30]):
+                with self.assertRaises(error):
+                    ckfmt.save(self.path, bad)
+        with self.assertRaises(ckfmt.CkfmtError) as e:
+            ckfmt.save(self.path, {"w": np.zeros(2)}, codec="lz4")
+        self.assertEqual(e.exception.code, "InvalidArgument")
+        with open(self.path, "rb") as f:
+            self.assertEqual(f.read(), good)
+
+    def test_keys_that_need_escaping(self):
+        state = {"a/b": {"[0]": 1, "": 2, '"q': 3, "back\\slash": 4}, "list": [[5], {"x": 6}]}
+        ckfmt.save(self.path, state)
+        self.assertEqual(load_numpy(self.path), state)
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class TorchTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="ckfmt_binding_torch_")
+        self.path = os.path.join(self.dir, "state.ckfmt")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def make(self, seed):
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                    torch.nn.Linear(16, 4)).to(torch.bfloat16)
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+    def step(self, model, opt, x):
+        opt.zero_grad()
+        model(x).float().square().mean().backward()
+        opt.step()
+
+    def test_a_fresh_optimizer_resumes_bitwise(self):
+        model, opt = self.make(0)
+        x = torch.randn(32, 8, dtype=torch.bfloat16)
+        for _ in range(3):
+            self.step(model, opt, x)
+        rng = torch.get_rng_state()
+        ckfmt.save(self.path, {"model": model.state_dict(), "optim": opt.state_dict(),
+                               "rng": rng, "step": 3}, codec="byteplane-zstd")
+        # A new process would build these: other weights, no optimizer state.
+        model2, opt2 = self.make(1)
+        state = {"model": model2.state_dict(), "optim": opt2.state_dict()}
+        self.assertEqual(state["optim"]["state"], {})
+        ckfmt.load(self.path, state)
+        opt2.load_state_dict(state["optim"])
+        self.assertEqual(state["step"], 3)
+        self.assertTrue(torch.equal(state["rng"], rng))
+        for a, b in zip(model.parameters(), model2.parameters()):
+            self.assertTrue(torch.equal(a, b))  # filled in place: the parameters themselves
+        self.step(model, opt, x)
+        self.step(model2, opt2, x)
+        for a, b in zip(model.parameters(), model2.parameters()):
+            self.assertTrue(torch.equal(a.view(torch.int16), b.view(torch.int16)))
+
+    def test_convert_gives_torch_load_its_int_keys(self):
+        tool = os.environ.get("CKFMT_TOOL")
+        if not tool:
+            self.skipTest("CKFMT_TOOL is not set")
+        model, opt = self.make(0)
+        self.step(model, opt, torch.randn(4, 8, dtype=torch.bfloat16))
+        ckfmt.save(self.path, {"optim": opt.state_dict()})
+        out = os.path.join(self.dir, "state.pt")
+        subprocess.run([tool, "convert", self.path, out, "--to", "torch"], check=True,
+                       stdout=subprocess.DEVNULL)
+        back = torch.load(out, weights_only=True)
+        self.assertEqual(sorted(back["optim"]["state"].keys()), [0, 1, 2, 3])
+        self.assertIsInstance(back["optim"]["param_groups"][0]["betas"], tuple)
+
+    @unittest.skipIf(torch is None or not torch.cuda.is_available(), "no GPU")
+    def test_gpu_tensors_round_trip_and_are_created_on_the_gpu(self):
+        state = {"w": torch.randn(1000, device="cuda").to(torch.bfloat16), "n": 1}
+        ckfmt.save(self.path, state)
+        back = ckfmt.load(self.path, device="cuda:0")
+        self.assertEqual(back["w"].device.type, "cuda")
+        self.assertTrue(torch.equal(back["w"], state["w"]))
+        dest = torch.zeros(1000, dtype=torch.bfloat16, device="cuda")
+        ckfmt.load(self.path, {"w": dest, "n": 0})
+        self.assertTrue(torch.equal(dest, state["w"]))
+
+
+if __name__ == "__main__":
+    unittest.main()
