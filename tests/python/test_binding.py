@@ -128,6 +128,21 @@ class BindingTest(unittest.TestCase):
         self.assertEqual(back, {"optim": {"param_groups": training_state()["optim"]["param_groups"]},
                                 "loader": {"epoch": 2}})
 
+    def test_bad_arguments_are_refused_before_anything_is_read(self):
+        ckfmt.save(self.path, {"w": np.ones(2)})
+        w = np.zeros(2)
+        for kwargs in ({"unexpected": "drop"}, {"missing": "warn"}, {"device": "tpu:0"},
+                       {"device": "cuda:0"}):
+            with self.subTest(**kwargs):
+                with self.assertRaises(ValueError):
+                    load_numpy(self.path, {"w": w}, **kwargs)
+        self.assertTrue(same(w, np.zeros(2)))
+        with self.assertRaises(TypeError):
+            load_numpy(self.path, [w])
+        with self.assertRaises(ckfmt.CkfmtError) as e:
+            load_numpy(os.path.join(self.dir, "absent.ckfmt"))
+        self.assertIn("absent.ckfmt", str(e.exception))
+
     def test_mismatches_name_the_key(self):
         ckfmt.save(self.path, training_state())
         with self.assertRaises(ckfmt.CkfmtError) as e:

@@ -297,12 +297,12 @@ class _Flat:
 
 
 def _sync_devices(flat):
+    """Finishes the caller's stream work on its GPU tensors, as the ABI requires."""
     torch = _torch()
     if torch is None:
         return
-    for e in flat.entries:
-        if e.kind == TENSOR and e.device >= 0:
-            torch.cuda.synchronize(e.device)
+    for device in sorted({e.device for e in flat.entries if e.kind == TENSOR and e.device >= 0}):
+        torch.cuda.synchronize(device)
 
 
 # ---- The API.
@@ -508,13 +508,20 @@ def load(path, state=None, verify=True, unexpected="reconstruct", missing="error
     value inside must be replaced."""
     if state is None:
         state = {}
+    for name, value, allowed in (("unexpected", unexpected, UNEXPECTED), ("missing", missing, MISSING)):
+        if value not in allowed:
+            raise ValueError("%s=%r: expected one of %s" % (name, value, ", ".join(allowed)))
     flat = _Flat(state, for_load=True)
     if tensor_type is None:
         tensor_type = "torch" if _torch() is not None or device not in (None, "cpu") else "numpy"
     dev = -1
     if device not in (None, "cpu"):
         d = str(device)
-        dev = int(d.split(":")[1]) if ":" in d else 0
+        if not d.startswith("cuda"):
+            raise ValueError("device %r: expected \"cpu\", \"cuda\" or \"cuda:N\"" % d)
+        dev = int(d.split(":")[1]) if ":" in d else (_torch() or __import__("torch")).cuda.current_device()
+        if tensor_type == "numpy":
+            raise ValueError("numpy arrays live in host memory: device=%r needs torch" % d)
     loaded = _Loaded(tensor_type, dev)
     alloc, on_entry, on_md = _ALLOC(loaded.alloc), _ON_ENTRY(loaded.on_entry), \
         _ON_METADATA(loaded.on_metadata)
