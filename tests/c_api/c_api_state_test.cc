@@ -195,7 +195,8 @@ class CApiStateTest : public ::testing::Test {
   const uint64_t w_shape_[2] = {2, 3};
   const uint64_t m_shape_[1] = {5};
   std::string name_ = "run-7 \xc3\xa9t\xc3\xa9";
-  std::string blob_ = std::string("\x80\x04\x95\x00pickled\x00state", 21);
+  static constexpr char kBlob[] = "\x80\x04\x95\x00pickled\x00state";  // NULs inside
+  std::string blob_ = std::string(kBlob, sizeof kBlob - 1);
   char err_[1024] = {};
 };
 
