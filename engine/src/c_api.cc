@@ -1,9 +1,6 @@
 #include "ckfmt/c_api.h"
 
 #include <algorithm>
-#include <cstring>
-#include <exception>
-#include <new>
 #include <set>
 #include <vector>
 
@@ -15,32 +12,7 @@
 namespace ckfmt {
 namespace {
 
-int Fail(const Status& s, char* err, size_t cap) {
-  if (err && cap) {
-    std::string m = s.ToString();
-    size_t n = std::min(cap - 1, m.size());
-    std::memcpy(err, m.data(), n);
-    err[n] = '\0';
-  }
-  return s.ok() ? 0 : static_cast<int>(s.code());
-}
-
-// Runs `body` (returning a Status) so that no C++ exception crosses the C
-// ABI, where it would terminate the caller's process.
-template <typename Body>
-int Guarded(char* err, size_t cap, Body body) {
-  try {
-    return Fail(body(), err, cap);
-  } catch (const std::bad_alloc&) {
-    return Fail(Status::IOError("out of memory"), err, cap);
-  } catch (const std::exception& e) {
-    return Fail(Status::Internal(std::string("unexpected exception: ") + e.what()), err, cap);
-  } catch (...) {
-    return Fail(Status::Internal("unexpected exception"), err, cap);
-  }
-}
-
-constexpr Noun kTensorNoun{"tensor", "tensors"}, kEntryNoun{"entry", "entries"};
+constexpr Noun kTensorNoun{"tensor", "tensors"};
 
 // The tensors as entries of the state API, on `devices` (all on the host
 // without).
@@ -57,10 +29,6 @@ std::vector<ckfmt_entry> TensorEntries(const ckfmt_tensor* ts, const int32_t* de
     e.data = ts[i].data;
   }
   return entries;
-}
-
-Status RequirePath(const char* path) {
-  return path ? Status::OK() : Status::InvalidArgument("path is NULL");
 }
 
 }  // namespace
@@ -83,21 +51,7 @@ namespace {
 Status SaveEntries(const char* path, const ckfmt_entry* entries, size_t n, const Noun& noun,
                    const ckfmt_metadata* metadata, size_t n_metadata, const char* codec) {
   CKFMT_RETURN_IF_ERROR(RequirePath(path));
-  SaveOptions options;
-  if (codec) {
-    auto c = CodecFromName(codec);
-    if (!c.ok()) return c.status();
-    options.codec = *c;
-  }
-  if (n_metadata > 0 && !metadata) {
-    return Status::InvalidArgument("metadata is NULL for " + std::to_string(n_metadata));
-  }
-  for (size_t i = 0; i < n_metadata; ++i) {
-    if (!metadata[i].key || !metadata[i].value) {
-      return Status::InvalidArgument("metadata " + std::to_string(i) + ": key or value is NULL");
-    }
-    options.metadata.emplace_back(metadata[i].key, metadata[i].value);
-  }
+  CKFMT_ASSIGN_OR_RETURN(SaveOptions options, SaveOptionsFromAbi(codec, metadata, n_metadata));
   CKFMT_ASSIGN_OR_RETURN(Value sd, EntriesToStateDict(entries, n, noun, false));
   return Save(path, sd, options).status();
 }

@@ -4,6 +4,26 @@
 
 namespace ckfmt {
 
+Result<SaveOptions> SaveOptionsFromAbi(const char* codec, const ckfmt_metadata* metadata,
+                                       size_t n_metadata) {
+  SaveOptions options;
+  if (codec) {
+    auto c = CodecFromName(codec);
+    if (!c.ok()) return c.status();
+    options.codec = *c;
+  }
+  if (n_metadata > 0 && !metadata) {
+    return Status::InvalidArgument("metadata is NULL for " + std::to_string(n_metadata));
+  }
+  for (size_t i = 0; i < n_metadata; ++i) {
+    if (!metadata[i].key || !metadata[i].value) {
+      return Status::InvalidArgument("metadata " + std::to_string(i) + ": key or value is NULL");
+    }
+    options.metadata.emplace_back(metadata[i].key, metadata[i].value);
+  }
+  return options;
+}
+
 Result<Device> DeviceFromAbi(int32_t device, const std::string& named) {
   if (device == -1) return Device{};
   if (device < -1) {

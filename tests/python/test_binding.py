@@ -183,6 +183,37 @@ class BindingTest(unittest.TestCase):
         with open(self.path, "rb") as f:
             self.assertEqual(f.read(), good)
 
+    def test_an_async_save_holds_the_snapshot(self):
+        state = training_state()
+        w = state["model"]["layers.0.weight"]
+        saved = w.copy()
+        with ckfmt.AsyncSaver() as saver:
+            saver.prepare(state)
+            saver.save(self.path, state, codec="zstd", metadata={"run": "7"})
+            w[...] = 0  # training goes on at once
+            saver.wait()
+            self.assertFalse(saver.busy)
+            self.assertGreater(saver.last_blocked_seconds, 0)
+        back = load_numpy(self.path)
+        self.assertTrue(same(back["model"]["layers.0.weight"], saved))
+        state["model"]["layers.0.weight"] = saved
+        self.assertTrue(same(back, state))
+
+    def test_an_async_failure_is_raised_once_and_leaves_no_file(self):
+        bad = os.path.join(self.dir, "no", "such", "x.ckfmt")
+        saver = ckfmt.AsyncSaver()
+        saver.save(bad, {"w": np.ones(4)})
+        with self.assertRaises(ckfmt.CkfmtError) as e:
+            saver.wait()
+        self.assertIn("no/such", str(e.exception))
+        self.assertFalse(os.path.exists(bad))
+        saver.save(self.path, {"w": np.ones(4)})
+        saver.wait()
+        saver.close()
+        with self.assertRaises(ValueError):
+            saver.wait()
+        self.assertTrue(same(load_numpy(self.path)["w"], np.ones(4)))
+
     def test_keys_that_need_escaping(self):
         state = {"a/b": {"[0]": 1, "": 2, '"q': 3, "back\\slash": 4}, "list": [[5], {"x": 6}]}
         ckfmt.save(self.path, state)
@@ -231,6 +262,21 @@ class TorchTest(unittest.TestCase):
         self.step(model2, opt2, x)
         for a, b in zip(model.parameters(), model2.parameters()):
             self.assertTrue(torch.equal(a.view(torch.int16), b.view(torch.int16)))
+
+    def test_training_goes_on_during_an_async_save(self):
+        model, opt = self.make(0)
+        x = torch.randn(16, 8, dtype=torch.bfloat16)
+        self.step(model, opt, x)
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        with ckfmt.AsyncSaver() as saver:
+            saver.save(self.path, {"model": model.state_dict(), "optim": opt.state_dict()})
+            self.step(model, opt, x)  # changes the tensors the save was given
+            saver.wait()
+        model2, opt2 = self.make(1)
+        state = ckfmt.load(self.path, {"model": model2.state_dict()})
+        for k, v in before.items():
+            self.assertTrue(torch.equal(model2.state_dict()[k], v), k)
+        self.assertEqual(sorted(state["optim"]["state"].keys()), [0, 1, 2, 3])
 
     def test_convert_gives_torch_load_its_int_keys(self):
         tool = os.environ.get("CKFMT_TOOL")

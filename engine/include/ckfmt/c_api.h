@@ -113,6 +113,48 @@ int ckfmt_save_entries(const char* path, const ckfmt_entry* entries, size_t n,
                        const ckfmt_metadata* metadata, size_t n_metadata,
                        const char* codec, char* err, size_t err_cap);
 
+/* Asynchronous saves: the call returns once the entries are copied into
+ * snapshot memory (GPU tensors device -> pinned host memory), and the file
+ * is written on a thread of the saver's. A failed background save never
+ * leaves a partial file at its path; its error is returned once, by the
+ * next ckfmt_async_save_entries (which then starts nothing) or
+ * ckfmt_async_wait. A saver is used by one thread at a time. */
+typedef struct ckfmt_async_saver ckfmt_async_saver;
+
+typedef struct ckfmt_async_options {
+  int wait_if_busy;        /* nonzero: a save while one is writing waits for it;
+                              0: it fails at once with kAborted */
+  uint32_t copy_threads;   /* threads for the snapshot copy; 0: every core */
+  uint64_t snapshot_bytes; /* most snapshot memory; 0: no limit. A larger state
+                              has its leading entries written before the call
+                              returns, from the caller's memory */
+} ckfmt_async_options;
+
+/* Makes a saver (options NULL: wait if busy, every core, no limit) into
+ * *out; free it with ckfmt_async_saver_free. */
+int ckfmt_async_saver_new(const ckfmt_async_options* options, ckfmt_async_saver** out,
+                          char* err, size_t err_cap);
+/* Waits for an in-flight save (its error, if any, is logged), then frees. */
+void ckfmt_async_saver_free(ckfmt_async_saver* saver);
+/* Snapshots the entries (as ckfmt_save_entries takes them) and starts
+ * writing them to path; the caller may change its tensors once this
+ * returns. A path naming a directory is refused at once. */
+int ckfmt_async_save_entries(ckfmt_async_saver* saver, const char* path,
+                             const ckfmt_entry* entries, size_t n,
+                             const ckfmt_metadata* metadata, size_t n_metadata,
+                             const char* codec, char* err, size_t err_cap);
+/* Optional, at start-up: sets up (faults in, pins) the snapshot memory a
+ * save of these entries will use, so that the first save is a copy only. */
+int ckfmt_async_prepare_entries(ckfmt_async_saver* saver, const ckfmt_entry* entries,
+                                size_t n, char* err, size_t err_cap);
+/* Waits for the in-flight save and returns its result; with nothing in
+ * flight, the last save's result, or an error if nothing was saved. */
+int ckfmt_async_wait(ckfmt_async_saver* saver, char* err, size_t err_cap);
+/* 1 while a save is writing, else 0. */
+int ckfmt_async_busy(const ckfmt_async_saver* saver);
+/* Seconds the last ckfmt_async_save_entries blocked its caller. */
+double ckfmt_async_last_blocked_seconds(const ckfmt_async_saver* saver);
+
 /* Memory for a tensor that the caller lacks: `entry` holds its key, dtype,
  * shape and the device it belongs on (ckfmt_load_options.reconstruct_device).
  * Returns memory on that device for the whole tensor, contiguous and
