@@ -39,6 +39,32 @@ int32_t DeviceToAbi(Device device) {
 
 namespace {
 
+// The part of a global tensor that a shard entry holds, checked: the
+// region must lie inside the global shape and hold the tensor's elements.
+Result<ShardSpec> ShardOf(const ckfmt_entry& e, const Shape& shape, const std::string& named) {
+  if (!e.global_shape) return Status::InvalidArgument(named + ": global_shape is NULL");
+  ShardSpec spec;
+  spec.global_shape.assign(e.global_shape, e.global_shape + e.global_ndim);
+  if (!NumElements(spec.global_shape).ok()) {
+    return Status::InvalidArgument(named + ": the global shape's element count overflows 64 bits");
+  }
+  if (e.offsets) {
+    if (e.ndim != e.global_ndim) {
+      return Status::InvalidArgument(named + ": a box shard of a " + std::to_string(e.global_ndim) +
+                                     "-d tensor has " + std::to_string(e.ndim) +
+                                     " dimensions, expected as many");
+    }
+    spec.region = Region::Box(std::vector<uint64_t>(e.offsets, e.offsets + e.global_ndim), shape);
+  } else {
+    spec.region = Region::Flat(e.flat_start, *NumElements(shape));
+  }
+  if (Status s = ValidateRegion(spec.region, spec.global_shape); !s.ok()) {
+    return Status::InvalidArgument(named + ": shard " + spec.region.ToString() + ": " +
+                                   s.message());
+  }
+  return spec;
+}
+
 Result<Value> TensorOf(const ckfmt_entry& e, const std::string& named) {
   auto dtype = DTypeFromId(e.dtype);
   if (!dtype)
@@ -49,7 +75,12 @@ Result<Value> TensorOf(const ckfmt_entry& e, const std::string& named) {
   if (!bytes.ok()) return bytes.status().WithContext(named);
   if (*bytes > 0 && !e.data) return Status::InvalidArgument(named + ": data is NULL");
   CKFMT_ASSIGN_OR_RETURN(Device device, DeviceFromAbi(e.device, named));
-  return Value(Tensor::View(*dtype, shape, e.data, device));
+  Tensor t = Tensor::View(*dtype, shape, e.data, device);
+  if (e.global_ndim > 0) {
+    CKFMT_ASSIGN_OR_RETURN(ShardSpec spec, ShardOf(e, shape, named));
+    t.SetShard(std::move(spec));
+  }
+  return Value(std::move(t));
 }
 
 // The caller's string or bytes, which `declarations_only` leaves empty.

@@ -400,6 +400,62 @@ TEST_F(CApiStateTest, WhatCallersGetWrongIsRefusedAndTheFileKept) {
   EXPECT_TRUE(sink.got.empty());
 }
 
+// A tensor parallel rank, or an FSDP rank with flat parameters, loads its
+// part of a whole tensor; a lone shard saves as a partial entry.
+TEST_F(CApiStateTest, ShardsLoadTheirPartWhateverTheFilesSharding) {
+  std::vector<float> whole(24);
+  for (size_t i = 0; i < whole.size(); ++i) whole[i] = float(i);
+  const uint64_t global[2] = {4, 6};
+  ASSERT_EQ(Save({Tensor("w", kF32, 2, global, whole.data())}), 0) << err_;
+  Sink sink;
+
+  std::vector<float> box(6, -1.0f);  // rows 2-3, columns 3-5
+  const uint64_t box_shape[2] = {2, 3}, box_at[2] = {2, 3};
+  ckfmt_entry b = Tensor("w", kF32, 2, box_shape, box.data());
+  b.global_ndim = 2;
+  b.global_shape = global;
+  b.offsets = box_at;
+  ASSERT_EQ(Load({b}, Options(&sink)), 0) << err_;
+  EXPECT_EQ(box, (std::vector<float>{15, 16, 17, 21, 22, 23}));
+
+  std::vector<float> flat(7, -1.0f);  // elements 5-11
+  const uint64_t flat_shape[1] = {7};
+  ckfmt_entry f = Tensor("w", kF32, 1, flat_shape, flat.data());
+  f.global_ndim = 2;
+  f.global_shape = global;
+  f.flat_start = 5;
+  ASSERT_EQ(Load({f}, Options(&sink)), 0) << err_;
+  EXPECT_EQ(flat, (std::vector<float>{5, 6, 7, 8, 9, 10, 11}));
+
+  // A save of the box alone: the file holds that part, and the part loads.
+  ASSERT_EQ(Save({b}), 0) << err_;
+  std::vector<float> again(6, -1.0f);
+  b.data = again.data();
+  ASSERT_EQ(Load({b}, Options(&sink)), 0) << err_;
+  EXPECT_EQ(again, box);
+  std::vector<float> all(24);
+  EXPECT_NE(Load({Tensor("w", kF32, 2, global, all.data())}, Options(&sink)), 0)
+      << "the whole tensor from a file that holds a part";
+
+  auto expect_refused = [&](ckfmt_entry e, const std::string& words) {
+    EXPECT_EQ(Save({e}), kInvalidArgument) << err_;
+    EXPECT_NE(std::string(err_).find(words), std::string::npos) << err_;
+  };
+  ckfmt_entry bad = b;
+  bad.global_shape = nullptr;
+  expect_refused(bad, "entry 0 (\"w\"): global_shape is NULL");
+  bad = b;
+  bad.ndim = 1;
+  expect_refused(bad, "a box shard of a 2-d tensor has 1 dimensions");
+  const uint64_t outside[2] = {3, 3};
+  bad = b;
+  bad.offsets = outside;
+  expect_refused(bad, "entry 0 (\"w\"): shard");
+  bad = f;
+  bad.flat_start = 20;
+  expect_refused(bad, "entry 0 (\"w\"): shard");
+}
+
 TEST_F(CApiStateTest, NullOptionsVerifyReconstructOnTheHostAndRequireTheCallersKeys) {
   ASSERT_EQ(Save(State()), 0) << err_;
   std::vector<float> w(6);

@@ -214,6 +214,30 @@ class BindingTest(unittest.TestCase):
             saver.wait()
         self.assertTrue(same(load_numpy(self.path)["w"], np.ones(4)))
 
+    def test_shards_load_their_part(self):
+        w = np.arange(24, dtype=np.float32).reshape(4, 6)
+        ckfmt.save(self.path, {"w": w, "step": 3})
+        # Two tensor parallel ranks, columns split; an FSDP rank's flat range.
+        halves = [np.zeros((4, 3), np.float32) for _ in range(2)]
+        for rank, half in enumerate(halves):
+            back = load_numpy(self.path, {"w": ckfmt.Shard(half, (4, 6), offsets=(0, 3 * rank))})
+            self.assertEqual(back["step"], 3)
+            self.assertIsInstance(back["w"], ckfmt.Shard)
+        self.assertTrue(same(np.concatenate(halves, axis=1), w))
+        flat = np.zeros(10, np.float32)
+        load_numpy(self.path, {"w": ckfmt.Shard(flat, (4, 6), flat_start=7)})
+        self.assertTrue(same(flat, w.reshape(-1)[7:17]))
+        # A lone shard saves as that part, and loads back.
+        ckfmt.save(self.path, {"w": ckfmt.Shard(halves[1], (4, 6), offsets=(0, 3))})
+        again = np.zeros((4, 3), np.float32)
+        load_numpy(self.path, {"w": ckfmt.Shard(again, (4, 6), offsets=(0, 3))})
+        self.assertTrue(same(again, halves[1]))
+        with self.assertRaises(ckfmt.CkfmtError) as e:
+            load_numpy(self.path, {"w": ckfmt.Shard(again, (4, 6), offsets=(1, 4))})
+        self.assertEqual(e.exception.code, "InvalidArgument")
+        with self.assertRaises(ValueError):
+            ckfmt.Shard(again, (4, 6))
+
     def test_keys_that_need_escaping(self):
         state = {"a/b": {"[0]": 1, "": 2, '"q': 3, "back\\slash": 4}, "list": [[5], {"x": 6}]}
         ckfmt.save(self.path, state)

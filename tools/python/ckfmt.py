@@ -34,7 +34,7 @@ import os
 import pickle
 import sys
 
-__all__ = ["save", "load", "verify", "AsyncSaver", "CkfmtError"]
+__all__ = ["save", "load", "verify", "AsyncSaver", "Shard", "CkfmtError"]
 
 # Status codes (ckfmt/status.h) and entry kinds (spec/FORMAT.md) as the C ABI
 # (ckfmt/c_api.h) spells them.
@@ -65,13 +65,32 @@ class CkfmtError(Exception):
         self.code = STATUS_NAMES[code] if 0 <= code < len(STATUS_NAMES) else str(code)
 
 
+class Shard:
+    """A tensor that holds part of a larger (global) one, for a state given
+    to load() or save(): the box at `offsets` of a tensor of `global_shape`
+    whose lengths are the tensor's own shape (a tensor parallel rank's
+    slice), or with `flat_start` instead, the global tensor's elements
+    [flat_start, flat_start + numel) in row-major order (an FSDP flat
+    parameter's range). A load fills it with its part of the file's tensor,
+    however the file was sharded; a save of a lone shard stores that part."""
+
+    def __init__(self, tensor, global_shape, offsets=None, flat_start=None):
+        if (offsets is None) == (flat_start is None):
+            raise ValueError("a Shard takes offsets (a box) or flat_start (a flat range)")
+        self.tensor, self.global_shape = tensor, tuple(global_shape)
+        self.offsets = None if offsets is None else tuple(offsets)
+        self.flat_start = flat_start
+
+
 class _Entry(ctypes.Structure):
     _fields_ = [("key", ctypes.c_char_p), ("kind", ctypes.c_uint8), ("dtype", ctypes.c_uint8),
                 ("device", ctypes.c_int32), ("ndim", ctypes.c_uint32),
                 ("shape", ctypes.POINTER(ctypes.c_uint64)), ("data", ctypes.c_void_p),
                 ("int_value", ctypes.c_int64), ("float_value", ctypes.c_double),
                 ("bytes", ctypes.c_void_p), ("size", ctypes.c_uint64),
-                ("content_type", ctypes.c_char_p)]
+                ("content_type", ctypes.c_char_p), ("global_ndim", ctypes.c_uint32),
+                ("global_shape", ctypes.POINTER(ctypes.c_uint64)),
+                ("offsets", ctypes.POINTER(ctypes.c_uint64)), ("flat_start", ctypes.c_uint64)]
 
 
 class _Metadata(ctypes.Structure):
@@ -274,6 +293,8 @@ class _Flat:
             v = np.asarray(v)  # a numpy scalar: a 0-d array
         if _is_tensor(v):
             return self._tensor(v, path)
+        if isinstance(v, Shard):
+            return self._tensor(v.tensor, path, v)
         if v is None:
             return self._add(path, NONE)
         if isinstance(v, bool):
@@ -298,7 +319,10 @@ class _Flat:
         self._add(path, kind, bytes=ctypes.cast(buf, ctypes.c_void_p), size=len(data),
                   content_type=content_type)
 
-    def _tensor(self, t, path):
+    def _tensor(self, t, path, shard=None):
+        if not _is_tensor(t):
+            raise TypeError("%s: a Shard holds a tensor, not %s" % (_format_path(path),
+                                                                  type(t).__name__))
         name = _dtype_name(t)
         if name not in DTYPE_IDS:
             raise TypeError("%s: dtype %s has no ckfmt id" % (_format_path(path), name))
@@ -309,8 +333,19 @@ class _Flat:
             self.copies.append((t, dest))
         shape = (ctypes.c_uint64 * max(1, len(t.shape)))(*t.shape)
         self.keep.extend([dest, shape])
+        fields = {}
+        if shard is not None:
+            g = (ctypes.c_uint64 * max(1, len(shard.global_shape)))(*shard.global_shape)
+            self.keep.append(g)
+            fields = {"global_ndim": len(shard.global_shape), "global_shape": g}
+            if shard.offsets is not None:
+                o = (ctypes.c_uint64 * max(1, len(shard.offsets)))(*shard.offsets)
+                self.keep.append(o)
+                fields["offsets"] = o
+            else:
+                fields["flat_start"] = shard.flat_start
         self._add(path, TENSOR, dtype=DTYPE_IDS[name], device=_device_of(t), ndim=len(t.shape),
-                  shape=shape, data=_data_ptr(dest))
+                  shape=shape, data=_data_ptr(dest), **fields)
 
     def array(self):
         return (_Entry * max(1, len(self.entries)))(*self.entries)

@@ -70,6 +70,14 @@ int ckfmt_load_device_tensors(const char* path, const ckfmt_tensor* tensors,
  *   BYTES    bytes, size, content_type (e.g. "pickle", "json"; NULL: "")
  *   NONE, DICT, LIST  nothing: DICT and LIST are empty containers that
  *            later entries may fill.
+ * A TENSOR with global_ndim > 0 is a shard: part of a global tensor of
+ * shape global_shape[0, global_ndim). With offsets, the box starting there
+ * whose lengths are the tensor's shape (ndim == global_ndim); with offsets
+ * NULL, the global tensor's elements [flat_start, flat_start + the tensor's
+ * element count) in row-major order (a flat parameter's range, as FSDP
+ * keeps them). A load fills a shard with its part of the file's tensor,
+ * however the file was sharded; a save of a lone shard stores a partial
+ * entry. global_ndim 0: the whole tensor (the other three fields unread).
  * Parents that no entry names are created as the key path says: a dict
  * for a key component, a list for an index component ("[0]"), whose
  * elements must then come in order. A container must come before the
@@ -98,6 +106,10 @@ typedef struct ckfmt_entry {
   const void* bytes;
   uint64_t size;
   const char* content_type;
+  uint32_t global_ndim;
+  const uint64_t* global_shape;
+  const uint64_t* offsets;
+  uint64_t flat_start;
 } ckfmt_entry;
 
 /* User metadata: a string -> string map stored in the file's index. */
