@@ -8,6 +8,7 @@
 #include "ckfmt/reader.h"
 #include "ckfmt/verify.h"
 #include "ckfmt/writer.h"
+#include "scalar_value.h"
 
 namespace ckfmt {
 namespace {
@@ -161,6 +162,17 @@ Status HandOver(const Value& sd, const LoadReport& report, const std::set<KeyPat
   return status;
 }
 
+Status HandMetadata(const CheckpointReader& reader, ckfmt_metadata_fn on_metadata, void* ctx) {
+  if (!on_metadata) return Status::OK();
+  for (const auto& [key, value] : reader.index().metadata) {
+    if (int rc = on_metadata(ctx, key.c_str(), value.c_str()); rc != 0) {
+      return Status::Aborted(reader.path() + ": on_metadata returned " + std::to_string(rc) +
+                             " for \"" + key + "\"");
+    }
+  }
+  return Status::OK();
+}
+
 Status LoadEntries(const char* path, const ckfmt_entry* entries, size_t n, const Noun& noun,
                    const ckfmt_load_options& o) {
   CKFMT_RETURN_IF_ERROR(RequirePath(path));
@@ -173,14 +185,7 @@ Status LoadEntries(const char* path, const ckfmt_entry* entries, size_t n, const
   ReadOptions ro;
   ro.verify_checksums = o.verify_checksums != 0;
   CKFMT_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(path, ro));
-  if (o.on_metadata) {
-    for (const auto& [key, value] : reader->index().metadata) {
-      if (int rc = o.on_metadata(o.metadata_ctx, key.c_str(), value.c_str()); rc != 0) {
-        return Status::Aborted(std::string(path) + ": on_metadata returned " + std::to_string(rc) +
-                               " for \"" + key + "\"");
-      }
-    }
-  }
+  CKFMT_RETURN_IF_ERROR(HandMetadata(*reader, o.on_metadata, o.metadata_ctx));
   CKFMT_ASSIGN_OR_RETURN(LoadReport report, reader->Load(&sd, lo));
   return HandOver(sd, report, callers_tensors, o, path);
 }
@@ -210,6 +215,35 @@ extern "C" int ckfmt_load_entries(const char* path, const ckfmt_entry* entries, 
                                   const ckfmt_load_options* options, char* err, size_t err_cap) {
   return Guarded(err, err_cap, [&]() -> Status {
     return LoadEntries(path, entries, n, kEntryNoun, options ? *options : DefaultLoadOptions());
+  });
+}
+
+extern "C" int ckfmt_list_entries(const char* path, ckfmt_entry_fn on_entry, void* entry_ctx,
+                                  ckfmt_metadata_fn on_metadata, void* metadata_ctx, char* err,
+                                  size_t err_cap) {
+  return Guarded(err, err_cap, [&]() -> Status {
+    CKFMT_RETURN_IF_ERROR(RequirePath(path));
+    CKFMT_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(path));
+    CKFMT_RETURN_IF_ERROR(HandMetadata(*reader, on_metadata, metadata_ctx));
+    if (!on_entry) return Status::OK();
+    std::vector<uint64_t> shape;
+    for (const EntryRecord& r : reader->index().entries) {
+      // A value standing for the record: data-less views, the scalars themselves.
+      Value v = r.kind == EntryKind::kTensor  ? Value(Tensor::View(r.dtype, r.shape, nullptr))
+                : r.kind == EntryKind::kBytes ? Value(Bytes{r.content_type, {}})
+                                              : ScalarValue(r);
+      const std::string key = FormatKeyPath(r.path);
+      ckfmt_entry e = EntryOf(key, v, &shape);
+      if (r.kind == EntryKind::kBytes) {
+        e.bytes = nullptr;
+        e.size = r.ByteSize();
+      }
+      if (int rc = on_entry(entry_ctx, &e); rc != 0) {
+        return Status::Aborted(std::string(path) + ": on_entry returned " + std::to_string(rc) +
+                               " for " + key);
+      }
+    }
+    return Status::OK();
   });
 }
 

@@ -20,8 +20,8 @@
 namespace {
 
 // Status codes of ckfmt/status.h, as the ABI returns them.
-constexpr int kInvalidArgument = 1, kMismatch = 5, kMissingKeys = 7, kUnexpectedKeys = 8,
-              kAborted = 9;
+constexpr int kInvalidArgument = 1, kCorruption = 3, kMismatch = 5, kMissingKeys = 7,
+              kUnexpectedKeys = 8, kAborted = 9;
 constexpr uint8_t kF32 = 2, kBF16 = 4;
 
 // What on_entry got: one record per call, its pointers' contents copied.
@@ -35,6 +35,7 @@ struct Got {
   int64_t int_value = 0;
   double float_value = 0;
   std::string bytes, content_type;
+  uint64_t size = 0;
 };
 
 // The caller's side of a load: memory for what it lacks, and what it got.
@@ -67,13 +68,14 @@ struct Sink {
       g.data = e->data;
       uint64_t n = e->dtype == kF32 ? 4 : 2;
       for (uint64_t d : g.shape) n *= d;
-      g.data_copy.assign(static_cast<const char*>(e->data), n);
+      if (e->data) g.data_copy.assign(static_cast<const char*>(e->data), n);
     }
     g.int_value = e->int_value;
     g.float_value = e->float_value;
-    if (e->kind == CKFMT_KIND_STRING || e->kind == CKFMT_KIND_BYTES) {
+    if ((e->kind == CKFMT_KIND_STRING || e->kind == CKFMT_KIND_BYTES) && e->bytes) {
       g.bytes.assign(static_cast<const char*>(e->bytes), e->size);
     }
+    g.size = e->size;
     if (e->kind == CKFMT_KIND_BYTES) g.content_type = e->content_type;
     s->got.push_back(std::move(g));
     return s->fail_entry_at == e->key ? 7 : 0;
@@ -454,6 +456,73 @@ TEST_F(CApiStateTest, ShardsLoadTheirPartWhateverTheFilesSharding) {
   bad = f;
   bad.flat_start = 20;
   expect_refused(bad, "entry 0 (\"w\"): shard");
+}
+
+TEST_F(CApiStateTest, ListingTellsWhatAFileHoldsWithoutReadingItsData) {
+  ASSERT_EQ(Save(State(), {{"run", "7"}}, "zstd"), 0) << err_;
+  {
+    // Damage the first chunk: a listing reads the index only.
+    std::fstream f(path_, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(4096 + 8);
+    f.put('\x55');
+  }
+  Sink sink;
+  ASSERT_EQ(ckfmt_list_entries(path_.c_str(), &Sink::OnEntry, &sink, &Sink::OnMetadata, &sink, err_,
+                               sizeof err_),
+            0)
+      << err_;
+  EXPECT_EQ(sink.metadata, (std::map<std::string, std::string>{{"run", "7"}}));
+  EXPECT_EQ(sink.Keys(), (std::vector<std::string>{"model",
+                                                   "model/w",
+                                                   "optim",
+                                                   "optim/state",
+                                                   "optim/state/0",
+                                                   "optim/state/0/exp_avg",
+                                                   "optim/state/0/step",
+                                                   "optim/param_groups",
+                                                   "optim/param_groups/[0]",
+                                                   "optim/param_groups/[0]/lr",
+                                                   "optim/param_groups/[0]/params",
+                                                   "optim/param_groups/[0]/params/[0]",
+                                                   "optim/param_groups/[0]/amsgrad",
+                                                   "optim/empty_list",
+                                                   "extra",
+                                                   "extra/none",
+                                                   "extra/empty_dict",
+                                                   "extra/name",
+                                                   "loader",
+                                                   "flag"}));
+  const Got* w = sink.Find("model/w");
+  EXPECT_EQ(w->kind, CKFMT_KIND_TENSOR);
+  EXPECT_EQ(w->dtype, kF32);
+  EXPECT_EQ(w->shape, (std::vector<uint64_t>{2, 3}));
+  EXPECT_EQ(w->data, nullptr);
+  EXPECT_EQ(sink.Find("optim/state/0/step")->int_value, 1234);
+  EXPECT_EQ(sink.Find("extra/name")->bytes, name_);
+  const Got* loader = sink.Find("loader");
+  EXPECT_EQ(loader->kind, CKFMT_KIND_BYTES);
+  EXPECT_EQ(loader->size, blob_.size());
+  EXPECT_EQ(loader->content_type, "pickle");
+  EXPECT_TRUE(loader->bytes.empty());
+
+  sink.fail_entry_at = "optim";
+  EXPECT_EQ(
+      ckfmt_list_entries(path_.c_str(), &Sink::OnEntry, &sink, nullptr, nullptr, err_, sizeof err_),
+      kAborted);
+  EXPECT_NE(std::string(err_).find("on_entry returned 7 for optim"), std::string::npos) << err_;
+  EXPECT_EQ(ckfmt_list_entries(nullptr, nullptr, nullptr, nullptr, nullptr, err_, sizeof err_),
+            kInvalidArgument);
+  {
+    // Damage the footer: the index is verified before anything is listed.
+    std::fstream f(path_, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-20, std::ios::end);
+    f.put('\x01');
+  }
+  Sink none;
+  EXPECT_EQ(
+      ckfmt_list_entries(path_.c_str(), &Sink::OnEntry, &none, nullptr, nullptr, err_, sizeof err_),
+      kCorruption);
+  EXPECT_TRUE(none.got.empty());
 }
 
 TEST_F(CApiStateTest, NullOptionsVerifyReconstructOnTheHostAndRequireTheCallersKeys) {

@@ -238,6 +238,26 @@ class BindingTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             ckfmt.Shard(again, (4, 6))
 
+    def test_describe_lists_the_index_without_reading_data(self):
+        state = training_state()
+        ckfmt.save(self.path, state, metadata={"run": "7"})
+        entries, metadata = ckfmt.describe(self.path)
+        self.assertEqual(metadata["run"], "7")
+        self.assertIn("convert.torch.int_key_dicts", metadata)
+        by_key = {e.key: e for e in entries}
+        self.assertEqual([e.key for e in entries][:4],
+                         ["model", "model/layers.0.weight", "model/layers.0.bias", "model/empty"])
+        w = by_key["model/layers.0.weight"]
+        self.assertEqual((w.kind, w.dtype, w.shape, w.nbytes), ("tensor", "float32", (4, 3), 48))
+        self.assertEqual(by_key["optim/state/0/step"].value, 3)
+        self.assertEqual(by_key["optim/param_groups/[0]/lr"].value, 3e-4)
+        self.assertIs(by_key["optim/param_groups/[0]/amsgrad"].value, False)
+        self.assertEqual(by_key["loader/name"].value, "shard-0 \u00e9")
+        seen = by_key["loader/seen"]
+        self.assertEqual((seen.kind, seen.nbytes, seen.content_type), ("bytes", 3, "raw"))
+        self.assertEqual(by_key["optim/param_groups/[0]/foreach"].kind, "none")
+        self.assertEqual(by_key["flags"].kind, "list")
+
     def test_keys_that_need_escaping(self):
         state = {"a/b": {"[0]": 1, "": 2, '"q': 3, "back\\slash": 4}, "list": [[5], {"x": 6}]}
         ckfmt.save(self.path, state)

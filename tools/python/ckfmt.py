@@ -34,7 +34,7 @@ import os
 import pickle
 import sys
 
-__all__ = ["save", "load", "verify", "AsyncSaver", "Shard", "CkfmtError"]
+__all__ = ["save", "load", "describe", "verify", "AsyncSaver", "Shard", "Entry", "CkfmtError"]
 
 # Status codes (ckfmt/status.h) and entry kinds (spec/FORMAT.md) as the C ABI
 # (ckfmt/c_api.h) spells them.
@@ -54,6 +54,8 @@ DTYPE_IDS = {"float64": 1, "float32": 2, "float16": 3, "bfloat16": 4, "float8_e4
              "bool": 12, "complex64": 13, "complex128": 14, "uint16": 15, "uint32": 16,
              "uint64": 17}
 DTYPE_NAMES = {v: k for k, v in DTYPE_IDS.items()}
+_ELEMENT_SIZES = {1: 8, 2: 4, 3: 2, 4: 2, 5: 1, 6: 1, 7: 8, 8: 4, 9: 2, 10: 1, 11: 1, 12: 1,
+                  13: 8, 14: 16, 15: 2, 16: 4, 17: 8}
 INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
@@ -129,9 +131,9 @@ def _lib(path=None):
         raise OSError("libckfmt.so not found: pass lib= or set CKFMT_LIB")
     if path not in _libs:
         lib = ctypes.CDLL(path)
-        if not hasattr(lib, "ckfmt_async_save_entries"):
-            raise OSError("%s lacks ckfmt_async_save_entries: a libckfmt.so older than this "
-                          "binding" % path)
+        if not hasattr(lib, "ckfmt_list_entries"):
+            raise OSError("%s lacks ckfmt_list_entries: a libckfmt.so older than this binding"
+                          % path)
         lib.ckfmt_save_entries.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Entry), ctypes.c_size_t,
                                            ctypes.POINTER(_Metadata), ctypes.c_size_t,
                                            ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
@@ -144,6 +146,9 @@ def _lib(path=None):
                                               ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p,
                                               ctypes.c_size_t]
         lib.ckfmt_async_saver_free.argtypes = [ctypes.c_void_p]
+        lib.ckfmt_list_entries.argtypes = [ctypes.c_char_p, _ON_ENTRY, ctypes.c_void_p,
+                                           _ON_METADATA, ctypes.c_void_p, ctypes.c_char_p,
+                                           ctypes.c_size_t]
         lib.ckfmt_async_save_entries.argtypes = [
             ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(_Entry), ctypes.c_size_t,
             ctypes.POINTER(_Metadata), ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p,
@@ -678,6 +683,58 @@ def load(path, state=None, verify=True, unexpected="reconstruct", missing="error
     for original, packed in flat.copies:
         original[...] = packed
     return _rebuild(state, loaded, allow_pickle, os.fsdecode(path))
+
+
+Entry = collections.namedtuple("Entry", "key kind dtype shape nbytes content_type value")
+Entry.__doc__ = """One entry of a file's index, as describe() lists it: key, its key path
+("optim/state/0/exp_avg"); kind, "tensor", "bytes", "int", "float", "bool",
+"str", "none", "dict" or "list"; dtype ("bfloat16"), shape (global) and
+nbytes for a tensor; nbytes and content_type for bytes; value for ints,
+floats, bools and strings."""
+KIND_NAMES = {TENSOR: "tensor", BYTES: "bytes", INT: "int", FLOAT: "float", BOOL: "bool",
+              STRING: "str", NONE: "none", DICT: "dict", LIST: "list"}
+
+
+def describe(path, lib=None):
+    """What `path` holds, without reading its data: (entries, metadata), the
+    entries (Entry) in the file's order, a container before what it holds,
+    and the metadata dict. The index is verified first, as for a load."""
+    entries, metadata, error = [], {}, []
+
+    def on_entry(_ctx, e):
+        try:
+            e = e.contents
+            shape = tuple(e.shape[i] for i in range(e.ndim)) if e.kind == TENSOR else None
+            value = {INT: e.int_value, BOOL: bool(e.int_value), FLOAT: e.float_value}.get(e.kind)
+            if e.kind == STRING:
+                value = ctypes.string_at(e.bytes, e.size).decode("utf-8", "surrogatepass") \
+                    if e.size else ""
+            nbytes = e.size if e.kind == BYTES else None
+            if e.kind == TENSOR:
+                nbytes = 1
+                for d in shape:
+                    nbytes *= d
+                nbytes *= _ELEMENT_SIZES[e.dtype]
+            entries.append(Entry(e.key.decode(), KIND_NAMES[e.kind],
+                                 DTYPE_NAMES.get(e.dtype) if e.kind == TENSOR else None, shape,
+                                 nbytes, e.content_type.decode() if e.kind == BYTES else None,
+                                 value))
+            return 0
+        except BaseException as x:
+            error.append(x)
+            return 1
+
+    def on_metadata(_ctx, key, value):
+        metadata[key.decode()] = value.decode()
+        return 0
+
+    err = ctypes.create_string_buffer(4096)
+    rc = _lib(lib).ckfmt_list_entries(os.fsencode(path), _ON_ENTRY(on_entry), None,
+                                      _ON_METADATA(on_metadata), None, err, len(err))
+    if error:
+        raise error[0]
+    _check(rc, err)
+    return entries, metadata
 
 
 def verify(path, checksums_only=False, lib=None):
