@@ -11,7 +11,7 @@ Prints medians of --runs runs with min-max, and ckfmt's ratio to each.
 
 --device cuda puts the state and the load destinations on the GPU: every
 system then saves from and loads into GPU memory as its users call it
-(ckfmt through its Python binding, tools/python/ckfmt.py, which hands
+(ckfmt through its Python binding, tools/python/ckfmt, which hands
 the GPU pointers to libckfmt.so; torch.save of CUDA tensors,
 torch.load restoring them to the GPU, DCP into CUDA tensors, safetensors
 with device="cuda"); each operation ends with torch.cuda.synchronize().
@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools",
                                 "python"))
-import ckfmt  # noqa: E402  the binding users call: tools/python/ckfmt.py
+import ckfmt  # noqa: E402  the binding users call: tools/python/ckfmt
 
 
 class Ckfmt:

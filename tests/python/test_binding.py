@@ -1,4 +1,4 @@
-"""The Python binding (tools/python/ckfmt.py) over libckfmt.so.
+"""The Python binding (tools/python/ckfmt) over libckfmt.so.
 
 With numpy (CI installs Debian's python3-numpy): every kind of value
 round-trips; the caller's arrays are filled in place and what it lacks is

@@ -1,0 +1,51 @@
+"""Key paths as spec/FORMAT.md Appendix C writes them ("optim/state/0"),
+and the metadata keys that record Python containers ckfmt has no kind for."""
+
+# Typing of Python containers that ckfmt has no kind for: the metadata keys
+# `ckfmt convert` writes and reads (JSON arrays of key paths; null: root).
+INT_KEY_DICTS = "convert.torch.int_key_dicts"
+TUPLES = "convert.torch.tuples"
+ORDERED_DICTS = "convert.torch.ordered_dicts"
+
+
+def _format_component(c):
+    if isinstance(c, int):
+        return "[%d]" % c
+    if c == "":
+        return '""'
+    out = "\\" if c.startswith('"') else ""
+    for ch in c:
+        out += "\\" + ch if ch in "/\\[" else ch
+    return out
+
+
+def _format_path(path):
+    return "/".join(_format_component(c) for c in path)
+
+
+def _parse_path(text):
+    path, cur, escaped = [], "", False
+
+    def flush():
+        if not escaped and cur == '""':
+            path.append("")
+        elif (not escaped and 3 <= len(cur) <= 21 and cur[0] == "[" and cur[-1] == "]"
+              and cur[1:-1].isdigit() and cur[1:-1].isascii()):
+            path.append(int(cur[1:-1]))
+        else:
+            path.append(cur)
+
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            cur, escaped, i = cur + text[i + 1], True, i + 2
+            continue
+        if ch == "/":
+            flush()
+            cur, escaped = "", False
+        else:
+            cur += ch
+        i += 1
+    flush()
+    return path

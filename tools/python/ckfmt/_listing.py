@@ -1,0 +1,67 @@
+"""describe() and verify(): what a file holds, and whether it is intact."""
+
+import collections
+import ctypes
+import os
+
+from ._abi import (_ELEMENT_SIZES, _ON_ENTRY, _ON_METADATA, BOOL, BYTES, DICT, DTYPE_NAMES, FLOAT,
+                   INT, LIST, NONE, STRING, TENSOR, _check, _lib)
+
+Entry = collections.namedtuple("Entry", "key kind dtype shape nbytes content_type value")
+Entry.__doc__ = """One entry of a file's index, as describe() lists it: key, its key path
+("optim/state/0/exp_avg"); kind, "tensor", "bytes", "int", "float", "bool",
+"str", "none", "dict" or "list"; dtype ("bfloat16"), shape (global) and
+nbytes for a tensor; nbytes and content_type for bytes; value for ints,
+floats, bools and strings."""
+KIND_NAMES = {TENSOR: "tensor", BYTES: "bytes", INT: "int", FLOAT: "float", BOOL: "bool",
+              STRING: "str", NONE: "none", DICT: "dict", LIST: "list"}
+
+
+def describe(path, lib=None):
+    """What `path` holds, without reading its data: (entries, metadata), the
+    entries (Entry) in the file's order, a container before what it holds,
+    and the metadata dict. The index is verified first, as for a load."""
+    entries, metadata, error = [], {}, []
+
+    def on_entry(_ctx, e):
+        try:
+            e = e.contents
+            shape = tuple(e.shape[i] for i in range(e.ndim)) if e.kind == TENSOR else None
+            value = {INT: e.int_value, BOOL: bool(e.int_value), FLOAT: e.float_value}.get(e.kind)
+            if e.kind == STRING:
+                value = ctypes.string_at(e.bytes, e.size).decode("utf-8", "surrogatepass") \
+                    if e.size else ""
+            nbytes = e.size if e.kind == BYTES else None
+            if e.kind == TENSOR:
+                nbytes = 1
+                for d in shape:
+                    nbytes *= d
+                nbytes *= _ELEMENT_SIZES[e.dtype]
+            entries.append(Entry(e.key.decode(), KIND_NAMES[e.kind],
+                                 DTYPE_NAMES.get(e.dtype) if e.kind == TENSOR else None, shape,
+                                 nbytes, e.content_type.decode() if e.kind == BYTES else None,
+                                 value))
+            return 0
+        except BaseException as x:
+            error.append(x)
+            return 1
+
+    def on_metadata(_ctx, key, value):
+        metadata[key.decode()] = value.decode()
+        return 0
+
+    err = ctypes.create_string_buffer(4096)
+    rc = _lib(lib).ckfmt_list_entries(os.fsencode(path), _ON_ENTRY(on_entry), None,
+                                      _ON_METADATA(on_metadata), None, err, len(err))
+    if error:
+        raise error[0]
+    _check(rc, err)
+    return entries, metadata
+
+
+def verify(path, checksums_only=False, lib=None):
+    """Verifies `path` as `ckfmt verify` does; raises CkfmtError if it is not
+    valid. checksums_only: every checksum, no decoding (the disk's speed)."""
+    err = ctypes.create_string_buffer(4096)
+    f = _lib(lib).ckfmt_verify_checksums if checksums_only else _lib(lib).ckfmt_verify
+    _check(f(os.fsencode(path), err, len(err)), err)

@@ -1,0 +1,108 @@
+"""save() and AsyncSaver."""
+
+import ctypes
+import json
+import os
+
+from ._abi import _AsyncOptions, _Metadata, _check, _lib
+from ._flatten import _Flat, _sync_devices
+
+def _for_save(state, metadata):
+    """The state's descriptors and its metadata (the caller's, and the typing
+    of Python containers), with what they point to."""
+    flat = _Flat(state, for_load=False)
+    md = dict(metadata or {})
+    for key, paths in flat.typing.items():
+        if paths:
+            md[key] = json.dumps(paths)
+    items = [(k.encode(), v.encode()) for k, v in md.items()]
+    md_array = (_Metadata * max(1, len(items)))(*[_Metadata(k, v) for k, v in items])
+    _sync_devices(flat)
+    return flat, md_array, len(items)
+
+
+def save(path, state, codec="none", metadata=None, lib=None):
+    """Saves `state` (a dict) to `path` atomically: a failed save leaves what
+    was at `path` as it was. codec: "none", "zstd" or "byteplane-zstd".
+    metadata: a str -> str dict stored in the file's index."""
+    flat, md, n_md = _for_save(state, metadata)
+    err = ctypes.create_string_buffer(4096)
+    rc = _lib(lib).ckfmt_save_entries(os.fsencode(path), flat.array(), len(flat.entries), md, n_md,
+                                      codec.encode(), err, len(err))
+    _check(rc, err)
+
+
+class AsyncSaver:
+    """Saves in the background: save() returns once the state is copied into
+    snapshot memory (GPU tensors to pinned host memory), and the caller may
+    change its tensors right away. A failed background save never leaves a
+    partial file; its CkfmtError is raised once, by the next save() (which
+    then starts nothing) or by wait(). Use from one thread at a time.
+
+        saver = ckfmt.AsyncSaver()
+        saver.prepare(state)              # optional: fault in the snapshot memory
+        saver.save("step_1000.ckfmt", state)
+        ...                               # training goes on
+        saver.wait()                      # before exit, or to know it is on disk
+
+    wait_if_busy: a save while one is writing waits for it (else raises
+    CkfmtError "Aborted"). snapshot_bytes: most snapshot memory (0: no
+    limit); a larger state's leading tensors are written from the caller's
+    memory before save() returns."""
+
+    def __init__(self, wait_if_busy=True, copy_threads=0, snapshot_bytes=0, lib=None):
+        self._lib = _lib(lib)
+        opts = _AsyncOptions(int(bool(wait_if_busy)), copy_threads, snapshot_bytes)
+        self._handle = ctypes.c_void_p()
+        err = ctypes.create_string_buffer(4096)
+        _check(self._lib.ckfmt_async_saver_new(ctypes.byref(opts), ctypes.byref(self._handle),
+                                               err, len(err)), err)
+
+    def _saver(self):
+        if not self._handle:
+            raise ValueError("the AsyncSaver is closed")
+        return self._handle
+
+    def prepare(self, state):
+        flat = _Flat(state, for_load=False)
+        err = ctypes.create_string_buffer(4096)
+        _check(self._lib.ckfmt_async_prepare_entries(self._saver(), flat.array(),
+                                                     len(flat.entries), err, len(err)), err)
+
+    def save(self, path, state, codec="none", metadata=None):
+        flat, md, n_md = _for_save(state, metadata)
+        err = ctypes.create_string_buffer(4096)
+        _check(self._lib.ckfmt_async_save_entries(self._saver(), os.fsencode(path), flat.array(),
+                                                  len(flat.entries), md, n_md, codec.encode(),
+                                                  err, len(err)), err)
+
+    def wait(self):
+        """Waits for the save in flight; raises its CkfmtError if it failed."""
+        err = ctypes.create_string_buffer(4096)
+        _check(self._lib.ckfmt_async_wait(self._saver(), err, len(err)), err)
+
+    @property
+    def busy(self):
+        return bool(self._lib.ckfmt_async_busy(self._saver()))
+
+    @property
+    def last_blocked_seconds(self):
+        """Seconds the last save() blocked its caller."""
+        return self._lib.ckfmt_async_last_blocked_seconds(self._saver())
+
+    def close(self):
+        """Waits for the save in flight (an error is logged, not raised) and
+        frees the snapshot memory; wait() first to see the error."""
+        if self._handle:
+            self._lib.ckfmt_async_saver_free(self._handle)
+            self._handle = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_handle", None):
+            self.close()
