@@ -1,10 +1,11 @@
 // The C ABI's GPU tensors (ckfmt_save_device_tensors and
-// ckfmt_load_device_tensors): on the simulated device a mixed host/GPU
-// state round-trips bitwise, and its file verifies and loads into host
-// memory as a host save's would; a bad device number is refused naming the
-// tensor; without a GPU a GPU tensor is refused saying why; with a real GPU
-// (CUDA build), device pointers round-trip. Compiles engine/src/c_api.cc
-// in, so the simulated backend it installs is the one the ABI uses.
+// ckfmt_load_device_tensors; the whole-state and async functions): on the
+// simulated device a mixed host/GPU state round-trips bitwise, an async
+// save snapshots device memory and a load creates tensors on the device, and its file verifies and
+// loads into host memory as a host save's would; a bad device number is refused naming the tensor;
+// without a GPU a GPU tensor is refused saying why; with a real GPU (CUDA build), device pointers
+// round-trip. Compiles engine/src/c_api.cc in, so the simulated backend it installs is the one the
+// ABI uses.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -58,17 +59,20 @@ struct State {
 };
 
 class CApiSimulatedDevice : public ckfmt_test::SimulatedDeviceTest {
- protected:
-  void TearDown() override {
-    for (auto [device, p] : allocated_) ops().Free(device, p);
-    fs::remove_all(fs::path(TempPath("x")).parent_path());
-    SimulatedDeviceTest::TearDown();
-  }
+ public:
+  // Device memory for n bytes (a copy of `host` if given), freed after the test.
   void* OnDevice(int device, const void* host, size_t n) {
     void* p = ops().Allocate(device, n).value();
     allocated_.push_back({device, p});
     if (host) ops().Upload(p, host, n);
     return p;
+  }
+
+ protected:
+  void TearDown() override {
+    for (auto [device, p] : allocated_) ops().Free(device, p);
+    fs::remove_all(fs::path(TempPath("x")).parent_path());
+    SimulatedDeviceTest::TearDown();
   }
   std::vector<std::pair<int, void*>> allocated_;
   char err_[512] = {};
@@ -112,6 +116,69 @@ TEST_F(CApiSimulatedDevice, AMixedStateRoundTripsBitwise) {
   EXPECT_EQ(back.w, src.w);
   EXPECT_EQ(back.b, src.b);
   EXPECT_EQ(back.step, src.step);
+}
+
+// The whole-state functions with GPU tensors: an async save snapshots
+// device memory, and a load creates what the caller lacks on the device
+// through its alloc.
+TEST_F(CApiSimulatedDevice, WholeStatesSaveAsyncAndLoadOntoTheDevice) {
+  State src = State::Made();
+  const std::string path = TempPath("entries.ckfmt");
+  void* w_dev = OnDevice(1, src.w.data(), src.w_bytes());
+  ckfmt_entry w{};
+  w.key = "model/w";
+  w.kind = CKFMT_KIND_TENSOR;
+  w.dtype = kF32;
+  w.device = 1;
+  w.ndim = 2;
+  w.shape = State::kWShape;
+  w.data = w_dev;
+  ckfmt_entry step{};
+  step.key = "step";
+  step.kind = CKFMT_KIND_INT;
+  step.int_value = 7;
+  const ckfmt_entry entries[2] = {w, step};
+  ckfmt_async_saver* saver = nullptr;
+  ASSERT_EQ(ckfmt_async_saver_new(nullptr, &saver, err_, sizeof err_), 0) << err_;
+  ASSERT_EQ(ckfmt_async_save_entries(saver, path.c_str(), entries, 2, nullptr, 0, "byteplane-zstd",
+                                     err_, sizeof err_),
+            0)
+      << err_;
+  std::vector<float> changed(src.w.size(), 3.0f);
+  ops().Upload(w_dev, changed.data(), src.w_bytes());  // after the snapshot
+  ASSERT_EQ(ckfmt_async_wait(saver, err_, sizeof err_), 0) << err_;
+  ckfmt_async_saver_free(saver);
+
+  // A caller with nothing: model/w is created on cuda:0 by its alloc.
+  struct Ctx {
+    CApiSimulatedDevice* test;
+    void* made = nullptr;
+    int32_t device = -2;
+    int64_t step = 0;
+  } ctx{this};
+  ckfmt_load_options o{};
+  o.verify_checksums = 1;
+  o.reconstruct_device = 0;
+  o.alloc = [](void* c, const ckfmt_entry* e) -> void* {
+    auto* x = static_cast<Ctx*>(c);
+    x->device = e->device;
+    x->made = x->test->OnDevice(e->device, nullptr, 64 * 33 * sizeof(float));
+    return x->made;
+  };
+  o.alloc_ctx = &ctx;
+  o.on_entry = [](void* c, const ckfmt_entry* e) {
+    auto* x = static_cast<Ctx*>(c);
+    if (e->kind == CKFMT_KIND_INT) x->step = e->int_value;
+    if (e->kind == CKFMT_KIND_TENSOR && (e->data != x->made || e->device != 0)) return 1;
+    return 0;
+  };
+  o.entry_ctx = &ctx;
+  ASSERT_EQ(ckfmt_load_entries(path.c_str(), nullptr, 0, &o, err_, sizeof err_), 0) << err_;
+  EXPECT_EQ(ctx.device, 0);
+  EXPECT_EQ(ctx.step, 7);
+  std::vector<float> back(src.w.size());
+  ops().Download(back.data(), ctx.made, src.w_bytes());
+  EXPECT_EQ(back, src.w);
 }
 
 TEST_F(CApiSimulatedDevice, ADeviceBelowMinusOneIsRefusedNamingTheTensor) {
