@@ -322,6 +322,15 @@ class TorchTest(unittest.TestCase):
             self.assertTrue(torch.equal(model2.state_dict()[k], v), k)
         self.assertEqual(sorted(state["optim"]["state"].keys()), [0, 1, 2, 3])
 
+    def test_what_ckfmt_cannot_hold_is_refused_naming_the_key(self):
+        for t, words in [(torch.zeros(3, 3).to_sparse(), "sparse_coo tensor on cpu"),
+                         (torch.zeros(3, device="meta"), "strided tensor on meta")]:
+            with self.subTest(words=words):
+                with self.assertRaises(TypeError) as e:
+                    ckfmt.save(self.path, {"m": {"t": t}})
+                self.assertIn("m/t: a " + words, str(e.exception))
+        self.assertFalse(os.path.exists(self.path))
+
     def test_convert_gives_torch_load_its_int_keys(self):
         tool = os.environ.get("CKFMT_TOOL")
         if not tool:

@@ -143,10 +143,16 @@ class _Flat:
         name = _dtype_name(t)
         if name not in DTYPE_IDS:
             raise TypeError("%s: dtype %s has no ckfmt id" % (_format_path(path), name))
+        layout = str(getattr(t, "layout", "torch.strided"))
+        device = str(getattr(t, "device", "cpu"))
+        if layout != "torch.strided" or not (device == "cpu" or device.startswith("cuda")):
+            raise TypeError("%s: a %s tensor on %s; ckfmt takes dense tensors in host or CUDA "
+                            "memory" % (_format_path(path), layout.replace("torch.", ""), device))
         dest = t
         if not _contiguous(t):
             # Saved from, or loaded into and copied back from, a packed copy.
-            dest = t.contiguous() if hasattr(t, "contiguous") else sys.modules["numpy"].ascontiguousarray(t)
+            dest = t.contiguous() if hasattr(t, "contiguous") else \
+                sys.modules["numpy"].ascontiguousarray(t)
             self.copies.append((t, dest))
         shape = (ctypes.c_uint64 * max(1, len(t.shape)))(*t.shape)
         self.keep.extend([dest, shape])
