@@ -4,7 +4,8 @@
 # safetensors from the Python package index; without them, says so and exits.
 # Then prints compression ratios on real trained weights (real_weights.py).
 # Then converts checkpoints of many small tensors beside torch's own tools
-# (many_tensors.py).
+# (many_tensors.py), and saves and loads 40,000 small entries through the
+# Python binding beside torch.save (many_entries.py).
 #   bench/compare/run.sh [--dir DIR] [--size-gib 2] [--runs 5]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -32,3 +33,5 @@ done
   --tool "$build/tools/ckfmt" "${dir_args[@]}"
 # Checkpoints of many small tensors: convert beside torch's own tools.
 "$venv/bin/python" "$here/many_tensors.py" --tool "$build/tools/ckfmt" "${dir_args[@]}"
+# The Python binding on 40,000 small entries, beside torch.save.
+"$venv/bin/python" "$here/many_entries.py" --lib "$build/engine/libckfmt.so" "${dir_args[@]}"

@@ -8,7 +8,7 @@ import sys
 
 from ._abi import (BOOL, BYTES, DICT, DTYPE_IDS, FLOAT, INT, INT64, LIST, NONE, STRING, TENSOR,
                    _Entry)
-from ._keys import INT_KEY_DICTS, ORDERED_DICTS, TUPLES, _format_path
+from ._keys import INT_KEY_DICTS, ORDERED_DICTS, TUPLES, _format_component
 
 
 class Shard:
@@ -58,7 +58,10 @@ def _contiguous(x):
 
 
 class _Flat:
-    """A state flattened into C descriptors, with everything they point to."""
+    """A state flattened into C descriptors, with everything they point to.
+    Each value's key path travels beside its text form, which a child's
+    extends by one component (formatting whole paths again cost most of a
+    save of many small tensors)."""
 
     def __init__(self, state, for_load):
         self.for_load = for_load
@@ -66,21 +69,23 @@ class _Flat:
         self.typing = {INT_KEY_DICTS: [], TUPLES: [], ORDERED_DICTS: []}
         if not isinstance(state, dict):
             raise TypeError("a state is a dict, not %s" % type(state).__name__)
-        self._container(state, [])
+        self._container(state, [], "")
 
-    def _add(self, path, kind, **fields):
-        key = _format_path(path).encode()
+    def _add(self, text, kind, **fields):
+        key = text.encode()
         self.keep.append(key)
-        e = _Entry(key=key, kind=kind, device=-1)
-        for name, value in fields.items():
-            setattr(e, name, value)
-        self.entries.append(e)
+        fields.setdefault("device", -1)
+        self.entries.append(_Entry(key=key, kind=kind, **fields))
 
-    def _container(self, value, path):
-        where = _format_path(path) or "the root"
+    @staticmethod
+    def _child(text, comp):
+        return text + "/" + _format_component(comp) if text else _format_component(comp)
+
+    def _container(self, value, path, text):
+        where = text or "the root"
         if isinstance(value, dict):
             if path:
-                self._add(path, DICT)
+                self._add(text, DICT)
             keys = list(value.keys())
             ints = [k for k in keys if isinstance(k, int) and not isinstance(k, bool)]
             if ints and len(ints) != len(keys):
@@ -90,64 +95,64 @@ class _Flat:
                 raise TypeError("%s: key %r is a %s; keys are str or int"
                                 % (where, bad, type(bad).__name__))
             if ints:
-                self.typing[INT_KEY_DICTS].append(_format_path(path) if path else None)
+                self.typing[INT_KEY_DICTS].append(text if path else None)
             if isinstance(value, collections.OrderedDict):
-                self.typing[ORDERED_DICTS].append(_format_path(path) if path else None)
+                self.typing[ORDERED_DICTS].append(text if path else None)
             for k, v in value.items():
-                self._value(v, path + [str(k)])
+                k = str(k)
+                self._value(v, path + [k], self._child(text, k))
         else:
-            self._add(path, LIST)
+            self._add(text, LIST)
             if isinstance(value, tuple):
-                self.typing[TUPLES].append(_format_path(path))
+                self.typing[TUPLES].append(text)
             for i, v in enumerate(value):
-                self._value(v, path + [i])
+                self._value(v, path + [i], self._child(text, i))
 
-    def _value(self, v, path):
+    def _value(self, v, path, text):
         if isinstance(v, (dict, list, tuple)):
-            return self._container(v, path)
+            return self._container(v, path, text)
         np = sys.modules.get("numpy")
         if np is not None and isinstance(v, np.generic):
             v = np.asarray(v)  # a numpy scalar: a 0-d array
         if _is_tensor(v):
-            return self._tensor(v, path)
+            return self._tensor(v, text)
         if isinstance(v, Shard):
-            return self._tensor(v.tensor, path, v)
+            return self._tensor(v.tensor, text, v)
         if v is None:
-            return self._add(path, NONE)
+            return self._add(text, NONE)
         if isinstance(v, bool):
-            return self._add(path, BOOL, int_value=int(v))
+            return self._add(text, BOOL, int_value=int(v))
         if isinstance(v, int):
             if not INT64[0] <= v <= INT64[1]:
-                raise OverflowError("%s: %d does not fit in 64 bits" % (_format_path(path), v))
-            return self._add(path, INT, int_value=v)
+                raise OverflowError("%s: %d does not fit in 64 bits" % (text, v))
+            return self._add(text, INT, int_value=v)
         if isinstance(v, float):
-            return self._add(path, FLOAT, float_value=v)
+            return self._add(text, FLOAT, float_value=v)
         if isinstance(v, str):
-            return self._text(path, STRING, v.encode("utf-8", "surrogatepass"), None)
+            return self._text(text, STRING, v.encode("utf-8", "surrogatepass"), None)
         if isinstance(v, (bytes, bytearray, memoryview)):
-            return self._text(path, BYTES, bytes(v), b"raw")
-        return self._text(path, BYTES, b"" if self.for_load else pickle.dumps(v), b"pickle")
+            return self._text(text, BYTES, bytes(v), b"raw")
+        return self._text(text, BYTES, b"" if self.for_load else pickle.dumps(v), b"pickle")
 
-    def _text(self, path, kind, data, content_type):
+    def _text(self, text, kind, data, content_type):
         if self.for_load:
             data = b""  # a load's entries declare kinds only
         buf = ctypes.create_string_buffer(data, len(data) or 1)
         self.keep.append(buf)
-        self._add(path, kind, bytes=ctypes.cast(buf, ctypes.c_void_p), size=len(data),
+        self._add(text, kind, bytes=ctypes.cast(buf, ctypes.c_void_p), size=len(data),
                   content_type=content_type)
 
-    def _tensor(self, t, path, shard=None):
+    def _tensor(self, t, text, shard=None):
         if not _is_tensor(t):
-            raise TypeError("%s: a Shard holds a tensor, not %s" % (_format_path(path),
-                                                                  type(t).__name__))
+            raise TypeError("%s: a Shard holds a tensor, not %s" % (text, type(t).__name__))
         name = _dtype_name(t)
         if name not in DTYPE_IDS:
-            raise TypeError("%s: dtype %s has no ckfmt id" % (_format_path(path), name))
+            raise TypeError("%s: dtype %s has no ckfmt id" % (text, name))
         layout = str(getattr(t, "layout", "torch.strided"))
         device = str(getattr(t, "device", "cpu"))
         if layout != "torch.strided" or not (device == "cpu" or device.startswith("cuda")):
             raise TypeError("%s: a %s tensor on %s; ckfmt takes dense tensors in host or CUDA "
-                            "memory" % (_format_path(path), layout.replace("torch.", ""), device))
+                            "memory" % (text, layout.replace("torch.", ""), device))
         dest = t
         if not _contiguous(t):
             # Saved from, or loaded into and copied back from, a packed copy.
@@ -167,7 +172,7 @@ class _Flat:
                 fields["offsets"] = o
             else:
                 fields["flat_start"] = shard.flat_start
-        self._add(path, TENSOR, dtype=DTYPE_IDS[name], device=_device_of(t), ndim=len(t.shape),
+        self._add(text, TENSOR, dtype=DTYPE_IDS[name], device=_device_of(t), ndim=len(t.shape),
                   shape=shape, data=_data_ptr(dest), **fields)
 
     def array(self):

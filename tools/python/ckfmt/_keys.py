@@ -23,18 +23,21 @@ def _format_path(path):
     return "/".join(_format_component(c) for c in path)
 
 
+def _component(cur, escaped):
+    """One component's text: '""' is the empty key, [N] an index, unless
+    an escape made them literal."""
+    if not escaped and cur == '""':
+        return ""
+    if (not escaped and 3 <= len(cur) <= 21 and cur[0] == "[" and cur[-1] == "]"
+            and cur[1:-1].isdigit() and cur[1:-1].isascii()):
+        return int(cur[1:-1])
+    return cur
+
+
 def _parse_path(text):
+    if "\\" not in text:  # no escapes: the common case, at C speed
+        return [_component(c, False) for c in text.split("/")] if text else []
     path, cur, escaped = [], "", False
-
-    def flush():
-        if not escaped and cur == '""':
-            path.append("")
-        elif (not escaped and 3 <= len(cur) <= 21 and cur[0] == "[" and cur[-1] == "]"
-              and cur[1:-1].isdigit() and cur[1:-1].isascii()):
-            path.append(int(cur[1:-1]))
-        else:
-            path.append(cur)
-
     i = 0
     while i < len(text):
         ch = text[i]
@@ -42,10 +45,10 @@ def _parse_path(text):
             cur, escaped, i = cur + text[i + 1], True, i + 2
             continue
         if ch == "/":
-            flush()
+            path.append(_component(cur, escaped))
             cur, escaped = "", False
         else:
             cur += ch
         i += 1
-    flush()
+    path.append(_component(cur, escaped))
     return path
