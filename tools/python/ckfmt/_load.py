@@ -14,6 +14,7 @@ from ._abi import (_ALLOC, _ON_ENTRY, _ON_METADATA, BOOL, BYTES, DICT, DTYPE_NAM
 from ._flatten import _data_ptr, _Flat, _sync_devices, _torch
 from ._keys import INT_KEY_DICTS, ORDERED_DICTS, TUPLES, _format_path, _parse_path
 
+
 class _Loaded:
     """What a load hands back through its callbacks."""
 
@@ -52,11 +53,7 @@ class _Loaded:
             e = e.contents
             key = e.key.decode()
             if e.kind == TENSOR:
-                value = self.created.get(key)
-                if value is None:  # no alloc: ckfmt's memory, valid during this call only
-                    shape = tuple(e.shape[i] for i in range(e.ndim))
-                    value = self._empty(DTYPE_NAMES[e.dtype], shape, -1)
-                    ctypes.memmove(_data_ptr(value), e.data, value.nbytes)
+                value = self.created[key]  # every tensor handed over came from alloc
             elif e.kind in (INT, BOOL):
                 value = e.int_value if e.kind == INT else bool(e.int_value)
             elif e.kind == FLOAT:
@@ -117,8 +114,8 @@ class _Tree:
             k = self._key(node, where, comp)
             node = self._writable(node, k, _get(node, k))
             if not isinstance(node, (dict, list)):
-                raise CkfmtError(5, "%s is %s, not a container" % (_format_path(list(where) + [comp]),
-                                                                  type(node).__name__))
+                raise CkfmtError(5, "%s is %s, not a container"
+                                 % (_format_path(list(where) + [comp]), type(node).__name__))
             where += (comp,)
         k = self._key(node, where, path[-1])
         exists = _get(node, k)
@@ -197,7 +194,8 @@ def load(path, state=None, verify=True, unexpected="reconstruct", missing="error
     value inside must be replaced."""
     if state is None:
         state = {}
-    for name, value, allowed in (("unexpected", unexpected, UNEXPECTED), ("missing", missing, MISSING)):
+    for name, value, allowed in (("unexpected", unexpected, UNEXPECTED),
+                                 ("missing", missing, MISSING)):
         if value not in allowed:
             raise ValueError("%s=%r: expected one of %s" % (name, value, ", ".join(allowed)))
     flat = _Flat(state, for_load=True)
@@ -208,7 +206,8 @@ def load(path, state=None, verify=True, unexpected="reconstruct", missing="error
         d = str(device)
         if not d.startswith("cuda"):
             raise ValueError("device %r: expected \"cpu\", \"cuda\" or \"cuda:N\"" % d)
-        dev = int(d.split(":")[1]) if ":" in d else (_torch() or __import__("torch")).cuda.current_device()
+        torch = _torch() or __import__("torch")
+        dev = int(d.split(":")[1]) if ":" in d else torch.cuda.current_device()
         if tensor_type == "numpy":
             raise ValueError("numpy arrays live in host memory: device=%r needs torch" % d)
     loaded = _Loaded(tensor_type, dev)

@@ -7,6 +7,7 @@ import os
 from ._abi import _AsyncOptions, _Metadata, _check, _lib
 from ._flatten import _Flat, _sync_devices
 
+
 def _for_save(state, metadata):
     """The state's descriptors and its metadata (the caller's, and the typing
     of Python containers), with what they point to."""
