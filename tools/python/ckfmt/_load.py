@@ -206,10 +206,10 @@ def load(path, state=None, verify=True, unexpected="reconstruct", missing="error
         d = str(device)
         if not d.startswith("cuda"):
             raise ValueError("device %r: expected \"cpu\", \"cuda\" or \"cuda:N\"" % d)
-        torch = _torch() or __import__("torch")
-        dev = int(d.split(":")[1]) if ":" in d else torch.cuda.current_device()
         if tensor_type == "numpy":
             raise ValueError("numpy arrays live in host memory: device=%r needs torch" % d)
+        torch = _torch() or __import__("torch")
+        dev = int(d.split(":")[1]) if ":" in d else torch.cuda.current_device()
     loaded = _Loaded(tensor_type, dev)
     alloc, on_entry, on_md = _ALLOC(loaded.alloc), _ON_ENTRY(loaded.on_entry), \
         _ON_METADATA(loaded.on_metadata)
