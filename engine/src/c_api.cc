@@ -173,6 +173,26 @@ Status HandMetadata(const CheckpointReader& reader, ckfmt_metadata_fn on_metadat
   return Status::OK();
 }
 
+// options.refuse_content_type: a bytes entry of that type which the load
+// would hand over (selected by the prefixes, and the caller's or to be
+// created) stops it before anything is read.
+Status RefuseContentType(const CheckpointReader& reader, const Value& sd, const LoadOptions& lo,
+                         const ckfmt_load_options& o) {
+  for (const EntryRecord& r : reader.index().entries) {
+    if (r.kind != EntryKind::kBytes || r.content_type != o.refuse_content_type) continue;
+    const bool selected =
+        lo.prefixes.empty() || std::any_of(lo.prefixes.begin(), lo.prefixes.end(),
+                                           [&](const KeyPath& p) { return HasPrefix(r.path, p); });
+    const bool handed_over = sd.Find(r.path) || lo.unexpected == UnexpectedPolicy::kReconstruct;
+    if (selected && handed_over) {
+      return Status::Aborted(reader.path() + ": " + FormatKeyPath(r.path) +
+                             " holds bytes of content type \"" + r.content_type +
+                             "\", which this load refuses; nothing was read");
+    }
+  }
+  return Status::OK();
+}
+
 Status LoadEntries(const char* path, const ckfmt_entry* entries, size_t n, const Noun& noun,
                    const ckfmt_load_options& o) {
   CKFMT_RETURN_IF_ERROR(RequirePath(path));
@@ -186,6 +206,7 @@ Status LoadEntries(const char* path, const ckfmt_entry* entries, size_t n, const
   ro.verify_checksums = o.verify_checksums != 0;
   CKFMT_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(path, ro));
   CKFMT_RETURN_IF_ERROR(HandMetadata(*reader, o.on_metadata, o.metadata_ctx));
+  if (o.refuse_content_type) CKFMT_RETURN_IF_ERROR(RefuseContentType(*reader, sd, lo, o));
   CKFMT_ASSIGN_OR_RETURN(LoadReport report, reader->Load(&sd, lo));
   return HandOver(sd, report, callers_tensors, o, path);
 }

@@ -322,6 +322,37 @@ TEST_F(CApiStateTest, PoliciesAndPrefixesChooseWhatIsLoaded) {
   }
 }
 
+TEST_F(CApiStateTest, ARefusedContentTypeStopsTheLoadBeforeAnythingIsRead) {
+  ASSERT_EQ(Save(State()), 0) << err_;
+  std::vector<float> w(6, -1.0f);
+  const uint64_t shape[2] = {2, 3};
+  Sink sink;
+  ckfmt_load_options o = Options(&sink);
+  o.refuse_content_type = "pickle";
+  EXPECT_EQ(Load({Tensor("model/w", kF32, 2, shape, w.data())}, o), kAborted);
+  EXPECT_NE(std::string(err_).find("loader holds bytes of content type \"pickle\""),
+            std::string::npos)
+      << err_;
+  EXPECT_EQ(w, std::vector<float>(6, -1.0f));  // untouched
+  EXPECT_TRUE(sink.got.empty());
+  EXPECT_TRUE(sink.alloc_keys.empty());
+  // Not handed over, so no refusal: ignored, or outside the prefixes.
+  o.unexpected = CKFMT_UNEXPECTED_IGNORE;
+  ASSERT_EQ(Load({Tensor("model/w", kF32, 2, shape, w.data())}, o), 0) << err_;
+  EXPECT_EQ(w, w_);
+  o.unexpected = CKFMT_UNEXPECTED_RECONSTRUCT;
+  const char* const model[] = {"model"};
+  o.prefixes = model;
+  o.n_prefixes = 1;
+  ASSERT_EQ(Load({}, o), 0) << err_;
+  // Declared by the caller: handed over whatever the policy.
+  o.prefixes = nullptr;
+  o.n_prefixes = 0;
+  o.unexpected = CKFMT_UNEXPECTED_IGNORE;
+  ckfmt_entry loader = Of("loader", CKFMT_KIND_BYTES);
+  EXPECT_EQ(Load({loader}, o), kAborted);
+}
+
 TEST_F(CApiStateTest, ACallbackThatFailsFailsTheLoadNamingTheKey) {
   ASSERT_EQ(Save(State()), 0) << err_;
   {

@@ -162,8 +162,12 @@ class BindingTest(unittest.TestCase):
         mine = {"w": w, "step": 0}
         with self.assertRaises(ckfmt.CkfmtError) as e:
             load_numpy(self.path, mine)
-        self.assertIn("sampler/seen holds a pickled object", str(e.exception))
-        self.assertEqual(mine, {"w": w, "step": 0})  # nothing but the tensors changed
+        self.assertIn('sampler/seen holds bytes of content type "pickle"', str(e.exception))
+        self.assertIn("allow_pickle=True", str(e.exception))
+        self.assertEqual(mine, {"w": w, "step": 0})
+        self.assertTrue(same(w, np.zeros(3)))  # refused before anything was read
+        back = load_numpy(self.path, {"w": w}, unexpected="ignore")  # not handed over: fine
+        self.assertTrue(same(back["w"], np.ones(3)))
         back = load_numpy(self.path, mine, allow_pickle=True)
         self.assertEqual(back["sampler"], {"seen": {1, 2, 3}})
         self.assertEqual(back["step"], 9)

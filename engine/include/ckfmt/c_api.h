@@ -199,6 +199,10 @@ typedef struct ckfmt_load_options {
   void* entry_ctx;
   ckfmt_metadata_fn on_metadata; /* may be NULL */
   void* metadata_ctx;
+  /* Non-NULL: a bytes entry of this content type that the load would hand
+   * over (e.g. "pickle", which a binding should not unpickle unasked) fails
+   * the load with kAborted, naming it, before any data is read. */
+  const char* refuse_content_type;
 } ckfmt_load_options;
 
 /* Loads path into what the caller has, and hands over what it lacks.

@@ -63,7 +63,8 @@ class _LoadOptions(ctypes.Structure):
                 ("prefixes", ctypes.POINTER(ctypes.c_char_p)), ("n_prefixes", ctypes.c_size_t),
                 ("alloc", _ALLOC), ("alloc_ctx", ctypes.c_void_p),
                 ("on_entry", _ON_ENTRY), ("entry_ctx", ctypes.c_void_p),
-                ("on_metadata", _ON_METADATA), ("metadata_ctx", ctypes.c_void_p)]
+                ("on_metadata", _ON_METADATA), ("metadata_ctx", ctypes.c_void_p),
+                ("refuse_content_type", ctypes.c_char_p)]
 
 
 _libs = {}
@@ -79,7 +80,7 @@ def _lib(path=None):
         raise OSError("libckfmt.so not found: pass lib= or set CKFMT_LIB")
     if path not in _libs:
         lib = ctypes.CDLL(path)
-        if not hasattr(lib, "ckfmt_list_entries"):
+        if not hasattr(lib, "ckfmt_list_entries"):  # the newest entry point
             raise OSError("%s lacks ckfmt_list_entries: a libckfmt.so older than this binding"
                           % path)
         lib.ckfmt_save_entries.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Entry), ctypes.c_size_t,

@@ -217,13 +217,17 @@ def load(path, state=None, verify=True, unexpected="reconstruct", missing="error
     pre_array = (ctypes.c_char_p * max(1, len(pre)))(*pre)
     opts = _LoadOptions(verify_checksums=int(bool(verify)), unexpected=UNEXPECTED[unexpected],
                         missing=MISSING[missing], reconstruct_device=dev, prefixes=pre_array,
-                        n_prefixes=len(pre), alloc=alloc, on_entry=on_entry, on_metadata=on_md)
+                        n_prefixes=len(pre), alloc=alloc, on_entry=on_entry, on_metadata=on_md,
+                        refuse_content_type=None if allow_pickle else b"pickle")
     _sync_devices(flat)
     err = ctypes.create_string_buffer(4096)
     rc = _lib(lib).ckfmt_load_entries(os.fsencode(path), flat.array(), len(flat.entries),
                                       ctypes.byref(opts), err, len(err))
     if loaded.error is not None:
         raise loaded.error
+    if rc and not allow_pickle and b'content type "pickle"' in err.value:
+        raise CkfmtError(rc, err.value.decode("utf-8", "replace") +
+                         "; load with allow_pickle=True if you trust this file")
     _check(rc, err)
     for original, packed in flat.copies:
         original[...] = packed
