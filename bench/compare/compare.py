@@ -17,6 +17,7 @@ torch.load restoring them to the GPU, DCP into CUDA tensors, safetensors
 with device="cuda"); each operation ends with torch.cuda.synchronize().
 """
 import argparse
+import functools
 import os
 import shutil
 import statistics
@@ -30,19 +31,6 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools",
                                 "python"))
 import ckfmt  # noqa: E402  the binding users call: tools/python/ckfmt
-
-
-class Ckfmt:
-    """ckfmt through its Python binding, on the library given."""
-
-    def __init__(self, lib):
-        self.lib = lib
-
-    def save(self, path, sd, codec="none"):
-        ckfmt.save(path, sd, codec=codec, lib=self.lib)
-
-    def load(self, path, sd, verify=True):
-        ckfmt.load(path, sd, verify=verify, lib=self.lib)
 
 
 def make_state(total_bytes):
@@ -112,7 +100,8 @@ def main():
     import safetensors.torch as st
     import torch.distributed.checkpoint as dcp
 
-    ck = Ckfmt(args.lib)
+    ck_save = functools.partial(ckfmt.save, lib=args.lib)
+    ck_load = functools.partial(ckfmt.load, lib=args.lib)
     workdir = tempfile.mkdtemp(prefix="ckfmt-compare-", dir=args.dir or None)
     sd = {k: t.to(device) for k, t in make_state(int(args.size_gib * (1 << 30))).items()}
     size = nbytes(sd)
@@ -153,8 +142,9 @@ def main():
                 dst[k].copy_(f.get_tensor(k))
 
     systems = {
-        "ckfmt": (lambda p: ck.save(p, sd), lambda p: ck.load(p, dst), "a.ckfmt"),
-        "ckfmt-byteplane": (lambda p: ck.save(p, sd, "byteplane-zstd"), lambda p: ck.load(p, dst), "b.ckfmt"),
+        "ckfmt": (lambda p: ck_save(p, sd), lambda p: ck_load(p, dst), "a.ckfmt"),
+        "ckfmt-byteplane": (lambda p: ck_save(p, sd, codec="byteplane-zstd"),
+                            lambda p: ck_load(p, dst), "b.ckfmt"),
         "torch.save": (torch_save, torch_load, "a.pt"),
         "dcp": (dcp_save, dcp_load, "dcp"),
         # DCP as a user who tunes it saves: one writer thread per core (its
@@ -241,7 +231,7 @@ def main():
                 for verify in ((True, False) if run % 2 == 0 else (False, True)):
                     sync_and_drop(p)
                     t0 = time.perf_counter()
-                    synced(ck.load)(p, dst, verify=verify)
+                    synced(ck_load)(p, dst, verify=verify)
                     pair[verify] = time.perf_counter() - t0
                 times["ckfmt-nocheck"]["load"].append(pair[False])
                 checksum_cost.append(pair[True] / pair[False])
@@ -250,7 +240,7 @@ def main():
                 assert not bad, f"{name}: {len(bad)} tensors differ after load, e.g. {bad[0]}"
         print(f"run {run + 1}/{args.runs} done", flush=True)
 
-    del dst
+    dst.clear()  # the load destinations, freed for the async part
     async_saves(sd, workdir, args.runs, args.lib, dcp)
     raw = raw_tool("--raw-only", "--dir", workdir, "--size-gib", str(min(args.size_gib, 2.0)))
     shutil.rmtree(workdir)

@@ -199,9 +199,9 @@ Status LoadEntries(const char* path, const ckfmt_entry* entries, size_t n, const
   CKFMT_ASSIGN_OR_RETURN(LoadOptions lo, LoadOptionsOf(o));
   CKFMT_ASSIGN_OR_RETURN(Value sd, EntriesToStateDict(entries, n, noun, true));
   std::set<KeyPath> callers_tensors;
-  for (size_t i = 0; i < n; ++i) {
-    if (entries[i].kind == CKFMT_KIND_TENSOR) callers_tensors.insert(ParseKeyPath(entries[i].key));
-  }
+  VisitValues(sd, [&](const KeyPath& p, const Value& v) {
+    if (v.is_tensor()) callers_tensors.insert(p);
+  });
   ReadOptions ro;
   ro.verify_checksums = o.verify_checksums != 0;
   CKFMT_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(path, ro));
@@ -255,7 +255,7 @@ extern "C" int ckfmt_list_entries(const char* path, ckfmt_entry_fn on_entry, voi
                                               : ScalarValue(r);
       const std::string key = FormatKeyPath(r.path);
       ckfmt_entry e = EntryOf(key, v, &shape);
-      if (r.kind == EntryKind::kBytes) {
+      if (r.HasData()) {
         e.bytes = nullptr;
         e.size = r.ByteSize();
       }

@@ -35,11 +35,7 @@ extern "C" int ckfmt_async_saver_new(const ckfmt_async_options* options, ckfmt_a
 }
 
 extern "C" void ckfmt_async_saver_free(ckfmt_async_saver* saver) {
-  // The destructor waits and logs; nothing to throw across the ABI.
-  try {
-    delete saver;
-  } catch (...) {
-  }
+  delete saver;  // ~AsyncSaver waits and logs an error; destructors do not throw
 }
 
 extern "C" int ckfmt_async_save_entries(ckfmt_async_saver* saver, const char* path,

@@ -1,8 +1,10 @@
-// Between the C ABI's descriptors (ckfmt/c_api.h) and state dicts: the
-// checks that C callers need (NULL pointers, unknown ids, a key given
+// What the C ABI's entry points (ckfmt/c_api.h) share: no exception across
+// the ABI (Guarded), and the way between its descriptors and state dicts,
+// with the checks C callers need (NULL pointers, unknown ids, a key given
 // twice) and the descriptors a load hands back.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <new>

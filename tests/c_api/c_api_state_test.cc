@@ -528,6 +528,7 @@ TEST_F(CApiStateTest, ListingTellsWhatAFileHoldsWithoutReadingItsData) {
   EXPECT_EQ(w->dtype, kF32);
   EXPECT_EQ(w->shape, (std::vector<uint64_t>{2, 3}));
   EXPECT_EQ(w->data, nullptr);
+  EXPECT_EQ(w->size, 24u);
   EXPECT_EQ(sink.Find("optim/state/0/step")->int_value, 1234);
   EXPECT_EQ(sink.Find("extra/name")->bytes, name_);
   const Got* loader = sink.Find("loader");

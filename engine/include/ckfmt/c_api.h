@@ -231,9 +231,9 @@ int ckfmt_load_entries(const char* path, const ckfmt_entry* entries, size_t n,
 /* What path holds, without reading its data: on_metadata gets the file's
  * metadata pair by pair (may be NULL), then on_entry every entry of its
  * index in the file's order (pre-order, a container before what it holds):
- * tensors with their dtype and (global) shape and data NULL; ints, floats,
- * bools and strings with their values; bytes with their size and content
- * type, bytes NULL; None and containers. The index is verified first, as
+ * tensors with their dtype, (global) shape and size in bytes, data NULL;
+ * ints, floats, bools and strings with their values; bytes with their size
+ * and content type, bytes NULL; None and containers. The index is verified first, as
  * for a load. A nonzero return from a callback stops (kAborted). */
 int ckfmt_list_entries(const char* path, ckfmt_entry_fn on_entry, void* entry_ctx,
                        ckfmt_metadata_fn on_metadata, void* metadata_ctx, char* err,

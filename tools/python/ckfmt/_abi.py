@@ -19,8 +19,6 @@ DTYPE_IDS = {"float64": 1, "float32": 2, "float16": 3, "bfloat16": 4, "float8_e4
              "bool": 12, "complex64": 13, "complex128": 14, "uint16": 15, "uint32": 16,
              "uint64": 17}
 DTYPE_NAMES = {v: k for k, v in DTYPE_IDS.items()}
-_ELEMENT_SIZES = {1: 8, 2: 4, 3: 2, 4: 2, 5: 1, 6: 1, 7: 8, 8: 4, 9: 2, 10: 1, 11: 1, 12: 1,
-                  13: 8, 14: 16, 15: 2, 16: 4, 17: 8}
 INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
@@ -111,6 +109,17 @@ def _lib(path=None):
         lib.ckfmt_async_last_blocked_seconds.restype = ctypes.c_double
         _libs[path] = lib
     return _libs[path]
+
+
+def _scalar(e):
+    """The Python value of an int, bool, float or string entry; else None."""
+    if e.kind in (INT, BOOL):
+        return e.int_value if e.kind == INT else bool(e.int_value)
+    if e.kind == FLOAT:
+        return e.float_value
+    if e.kind == STRING:
+        return ctypes.string_at(e.bytes, e.size).decode("utf-8", "surrogatepass") if e.size else ""
+    return None
 
 
 def _check(rc, err):

@@ -4,8 +4,8 @@ import collections
 import ctypes
 import os
 
-from ._abi import (_ELEMENT_SIZES, _ON_ENTRY, _ON_METADATA, BOOL, BYTES, DICT, DTYPE_NAMES, FLOAT,
-                   INT, LIST, NONE, STRING, TENSOR, _check, _lib)
+from ._abi import (_ON_ENTRY, _ON_METADATA, BOOL, BYTES, DICT, DTYPE_NAMES, FLOAT, INT, LIST,
+                   NONE, STRING, TENSOR, _check, _lib, _scalar)
 
 Entry = collections.namedtuple("Entry", "key kind dtype shape nbytes content_type value")
 Entry.__doc__ = """One entry of a file's index, as describe() lists it: key, its key path
@@ -26,21 +26,13 @@ def describe(path, lib=None):
     def on_entry(_ctx, e):
         try:
             e = e.contents
-            shape = tuple(e.shape[i] for i in range(e.ndim)) if e.kind == TENSOR else None
-            value = {INT: e.int_value, BOOL: bool(e.int_value), FLOAT: e.float_value}.get(e.kind)
-            if e.kind == STRING:
-                value = ctypes.string_at(e.bytes, e.size).decode("utf-8", "surrogatepass") \
-                    if e.size else ""
-            nbytes = e.size if e.kind == BYTES else None
-            if e.kind == TENSOR:
-                nbytes = 1
-                for d in shape:
-                    nbytes *= d
-                nbytes *= _ELEMENT_SIZES[e.dtype]
+            tensor = e.kind == TENSOR
             entries.append(Entry(e.key.decode(), KIND_NAMES[e.kind],
-                                 DTYPE_NAMES.get(e.dtype) if e.kind == TENSOR else None, shape,
-                                 nbytes, e.content_type.decode() if e.kind == BYTES else None,
-                                 value))
+                                 DTYPE_NAMES.get(e.dtype) if tensor else None,
+                                 tuple(e.shape[i] for i in range(e.ndim)) if tensor else None,
+                                 e.size if tensor or e.kind == BYTES else None,
+                                 e.content_type.decode() if e.kind == BYTES else None,
+                                 _scalar(e)))
             return 0
         except BaseException as x:
             error.append(x)

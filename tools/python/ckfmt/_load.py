@@ -8,9 +8,8 @@ import os
 import pickle
 import sys
 
-from ._abi import (_ALLOC, _ON_ENTRY, _ON_METADATA, BOOL, BYTES, DICT, DTYPE_NAMES, FLOAT, INT,
-                   LIST, MISSING, STRING, TENSOR, UNEXPECTED, CkfmtError, _check, _lib,
-                   _LoadOptions)
+from ._abi import (_ALLOC, _ON_ENTRY, _ON_METADATA, BYTES, DICT, DTYPE_NAMES, LIST, MISSING,
+                   TENSOR, UNEXPECTED, CkfmtError, _check, _lib, _LoadOptions, _scalar)
 from ._flatten import _data_ptr, _Flat, _sync_devices, _torch
 from ._keys import INT_KEY_DICTS, ORDERED_DICTS, TUPLES, _format_path, _parse_path
 
@@ -54,16 +53,11 @@ class _Loaded:
             key = e.key.decode()
             if e.kind == TENSOR:
                 value = self.created[key]  # every tensor handed over came from alloc
-            elif e.kind in (INT, BOOL):
-                value = e.int_value if e.kind == INT else bool(e.int_value)
-            elif e.kind == FLOAT:
-                value = e.float_value
-            elif e.kind in (STRING, BYTES):
+            elif e.kind == BYTES:
                 raw = ctypes.string_at(e.bytes, e.size) if e.size else b""
-                value = raw.decode("utf-8", "surrogatepass") if e.kind == STRING else \
-                    (e.content_type.decode(), raw)
+                value = (e.content_type.decode(), raw)
             else:
-                value = None
+                value = _scalar(e)
             self.values.append((key, e.kind, value))
             return 0
         except BaseException as x:
@@ -142,20 +136,16 @@ class _Tree:
                 _set(node, k, tuple(_get(node, k)))
 
 
-def _rebuild(state, loaded, allow_pickle, file_name):
-    # Every value first, then the caller's state: a refused pickle changes
-    # nothing beyond the tensors already filled in place.
+def _rebuild(state, loaded):
+    # Every value first, then the caller's state: an object that fails to
+    # unpickle leaves the state as it was, but for the tensors filled in
+    # place. (Without allow_pickle the library refused any pickle already.)
     values = []
     for key, kind, value in loaded.values:
         if kind == BYTES:
-            content_type, raw = value
-            value = raw
+            content_type, value = value
             if content_type == "pickle":
-                if not allow_pickle:
-                    raise CkfmtError(9, "%s: %s holds a pickled object; load with "
-                                        "allow_pickle=True if you trust this file"
-                                     % (file_name, key))
-                value = pickle.loads(raw)
+                value = pickle.loads(value)
         values.append((_parse_path(key), kind, value))
     tree = _Tree(state, loaded.metadata)
     for path, kind, value in values:
@@ -231,4 +221,4 @@ def load(path, state=None, verify=True, unexpected="reconstruct", missing="error
     _check(rc, err)
     for original, packed in flat.copies:
         original[...] = packed
-    return _rebuild(state, loaded, allow_pickle, os.fsdecode(path))
+    return _rebuild(state, loaded)
