@@ -279,10 +279,10 @@ class TorchTest(unittest.TestCase):
     def tearDown(self):
         shutil.rmtree(self.dir)
 
-    def make(self, seed):
+    def make(self, seed, device="cpu"):
         torch.manual_seed(seed)
         model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
-                                    torch.nn.Linear(16, 4)).to(torch.bfloat16)
+                                    torch.nn.Linear(16, 4)).to(torch.bfloat16).to(device)
         return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
 
     def step(self, model, opt, x):
@@ -362,6 +362,39 @@ class TorchTest(unittest.TestCase):
         ckfmt.load(self.path, {"w": dest, "n": 0})
         self.assertTrue(torch.equal(dest, state["w"]))
 
+
+    @unittest.skipIf(torch is None or not torch.cuda.is_available(), "no GPU")
+    def test_a_gpu_run_resumes_bitwise_with_its_moments_created_on_the_gpu(self):
+        model, opt = self.make(0, "cuda")
+        x = torch.randn(32, 8, dtype=torch.bfloat16, device="cuda")
+        for _ in range(3):
+            self.step(model, opt, x)
+        params = [p.detach().clone() for p in model.parameters()]
+        moments = [opt.state[p]["exp_avg"].clone() for p in model.parameters()]
+        with ckfmt.AsyncSaver() as saver:
+            saver.save(self.path, {"model": model.state_dict(), "optim": opt.state_dict()},
+                       codec="byteplane-zstd")
+            with torch.no_grad():  # the GPU goes on at once; the file keeps the snapshot
+                for p in model.parameters():
+                    p.add_(1)
+            saver.wait()
+        with torch.no_grad():
+            for p, saved in zip(model.parameters(), params):
+                p.copy_(saved)
+        model2, opt2 = self.make(1, "cuda")
+        state = {"model": model2.state_dict(), "optim": opt2.state_dict()}
+        ckfmt.load(self.path, state, device="cuda:0")
+        for i, want in enumerate(moments):
+            made = state["optim"]["state"][i]["exp_avg"]
+            self.assertEqual(made.device.type, "cuda")
+            self.assertTrue(torch.equal(made, want))
+        for a, b in zip(params, model2.parameters()):
+            self.assertTrue(torch.equal(a, b))
+        opt2.load_state_dict(state["optim"])
+        self.step(model, opt, x)
+        self.step(model2, opt2, x)
+        for a, b in zip(model.parameters(), model2.parameters()):
+            self.assertTrue(torch.equal(a.view(torch.int16), b.view(torch.int16)))
 
 if __name__ == "__main__":
     unittest.main()
