@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 
@@ -131,6 +132,30 @@ TEST(SingleCommunicator, CollectivesCopyLocally) {
   EXPECT_EQ(comm.Recv(c, 3, 0, 9).code(), StatusCode::kAborted);
   EXPECT_TRUE(comm.broken());
   EXPECT_EQ(comm.Barrier().code(), StatusCode::kAborted);
+}
+
+TEST(CommUtil, ReduceGatheredReducesEachValueOverTheRanks) {
+  // Three ranks, two values each, as an all-gather leaves them.
+  const int64_t all[] = {5, -1, 3, 6, -2, INT64_MAX};
+  int64_t out[2];
+  ReduceGathered(all, 2, 3, ReduceOp::kSum, out);
+  EXPECT_EQ(out[0], 6);
+  EXPECT_EQ(out[1], INT64_MIN + 4);  // -1 + 6 + INT64_MAX wraps around
+  ReduceGathered(all, 2, 3, ReduceOp::kMin, out);
+  EXPECT_EQ(out[0], -2);
+  EXPECT_EQ(out[1], -1);
+  ReduceGathered(all, 2, 3, ReduceOp::kMax, out);
+  EXPECT_EQ(out[0], 5);
+  EXPECT_EQ(out[1], INT64_MAX);
+  ReduceGathered(all, 2, 3, ReduceOp::kBitOr, out);
+  EXPECT_EQ(out[0], 5 | 3 | -2);
+  ReduceGathered(all, 2, 3, ReduceOp::kBitAnd, out);
+  EXPECT_EQ(out[0], 5 & 3 & -2);
+  EXPECT_EQ(out[1], -1 & 6 & INT64_MAX);
+  int64_t one[] = {9, 8};  // one rank: its own values
+  ReduceGathered(one, 2, 1, ReduceOp::kSum, one);
+  EXPECT_EQ(one[0], 9);
+  EXPECT_EQ(one[1], 8);
 }
 
 TEST(CommUtil, StatusEncodingRoundTrips) {

@@ -167,6 +167,66 @@ int ckfmt_async_busy(const ckfmt_async_saver* saver);
 /* Seconds the last ckfmt_async_save_entries blocked its caller. */
 double ckfmt_async_last_blocked_seconds(const ckfmt_async_saver* saver);
 
+/* ---- Saves spread over the ranks of a job, through the caller's transport.
+ *
+ * A ckfmt_comm makes the collectives of a distributed save out of four
+ * operations on host memory that the caller's transport provides (a
+ * PyTorch process group, MPI, sockets). Each returns 0 on success, nonzero
+ * on failure; ckfmt calls them from the thread that called
+ * ckfmt_dist_save_entries, every rank the same operations in the same
+ * order. ckfmt cannot bound how long one waits: the transport's own
+ * timeout applies, and an operation that fails leaves the communicator
+ * unusable (later calls fail at once, kAborted). */
+typedef struct ckfmt_comm_ops {
+  void* ctx;  /* passed to every operation */
+  int rank;   /* this process's rank, in [0, size) */
+  int size;   /* ranks in the job */
+  /* recv receives size * bytes bytes: every rank's `bytes`, in rank order. */
+  int (*all_gather)(void* ctx, const void* send, uint64_t bytes, void* recv);
+  /* data's `bytes` bytes on rank root are copied into data on every rank. */
+  int (*broadcast)(void* ctx, void* data, uint64_t bytes, int root);
+  /* Point to point, matched by (peer, tag); a send may return once its
+   * data is handed over or once it is received. Tags lie in [0, 32768). */
+  int (*send)(void* ctx, const void* data, uint64_t bytes, int dst, int tag);
+  int (*recv)(void* ctx, void* data, uint64_t bytes, int src, int tag);
+} ckfmt_comm_ops;
+
+typedef struct ckfmt_comm ckfmt_comm;
+
+/* Makes a communicator of *ops (copied) into *out; free it with
+ * ckfmt_comm_free. NULL operations and a rank outside [0, size) are
+ * refused (kInvalidArgument). */
+int ckfmt_comm_new(const ckfmt_comm_ops* ops, ckfmt_comm** out, char* err, size_t err_cap);
+void ckfmt_comm_free(ckfmt_comm* comm);
+
+#define CKFMT_DIST_FLATTENED 0 /* rank 0 gathers the data and writes the file */
+#define CKFMT_DIST_PARALLEL 1  /* every rank writes its own part into it */
+
+typedef struct ckfmt_dist_options {
+  int mode;               /* CKFMT_DIST_*. FLATTENED takes host tensors only;
+                             PARALLEL also GPU tensors, and needs a file
+                             system every rank shares */
+  uint64_t memory_budget; /* FLATTENED: most gathered bytes rank 0 holds at
+                             once; 0: 512 MiB */
+  int check_contents;     /* nonzero: entries that several ranks hold whole
+                             must agree on their contents too (XXH3), not
+                             only on kind, dtype and shape */
+} ckfmt_dist_options;
+
+/* Collective: saves the union of every rank's entries to path (the same on
+ * every rank), as one file. A shard entry (global_ndim > 0, see
+ * ckfmt_entry) is this rank's part of a tensor; the ranks' parts must
+ * cover it exactly once (identical parts, as replicated shards, are written
+ * once). Other entries are replicated: written once, from the lowest rank
+ * holding them. metadata and codec as ckfmt_save_entries; options NULL:
+ * flattened, defaults. Every rank returns the same result: if one fails,
+ * all do, naming the failing ranks, and nothing appears at path (what was
+ * there stays). */
+int ckfmt_dist_save_entries(ckfmt_comm* comm, const char* path, const ckfmt_entry* entries,
+                            size_t n, const ckfmt_metadata* metadata, size_t n_metadata,
+                            const char* codec, const ckfmt_dist_options* options, char* err,
+                            size_t err_cap);
+
 /* Memory for a tensor that the caller lacks: `entry` holds its key, dtype,
  * shape and the device it belongs on (ckfmt_load_options.reconstruct_device).
  * Returns memory on that device for the whole tensor, contiguous and

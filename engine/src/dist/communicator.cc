@@ -1,6 +1,7 @@
 // Communicator base behaviour, the single-process backend and comm_util.h.
 #include "ckfmt/dist/communicator.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "ckfmt/dist/comm_util.h"
@@ -262,6 +263,33 @@ Status CombineStatuses(const std::vector<Status>& per_rank, const std::string& w
   if (code == StatusCode::kOk) return Status::OK();
   return Status(code, what + " failed on " + std::to_string(failed) + " of " +
                           std::to_string(per_rank.size()) + " ranks: " + msg);
+}
+
+void ReduceGathered(const int64_t* all, size_t n, int ranks, ReduceOp op, int64_t* out) {
+  for (size_t i = 0; i < n; ++i) {
+    int64_t v = all[i];
+    for (int r = 1; r < ranks; ++r) {
+      const int64_t x = all[r * n + i];
+      switch (op) {
+        case ReduceOp::kSum:
+          v = static_cast<int64_t>(static_cast<uint64_t>(v) + static_cast<uint64_t>(x));
+          break;
+        case ReduceOp::kMin:
+          v = std::min(v, x);
+          break;
+        case ReduceOp::kMax:
+          v = std::max(v, x);
+          break;
+        case ReduceOp::kBitOr:
+          v |= x;
+          break;
+        case ReduceOp::kBitAnd:
+          v &= x;
+          break;
+      }
+    }
+    out[i] = v;
+  }
 }
 
 }  // namespace ckfmt::dist

@@ -182,20 +182,7 @@ class NcclCommunicator final : public Communicator {
     CKFMT_RETURN_IF_ERROR(CheckUsable("allreduce"));
     std::vector<int64_t> all(n * size_);
     CKFMT_RETURN_IF_ERROR(HostAllGather(values, n * sizeof(int64_t), all.data(), "allreduce"));
-    for (size_t i = 0; i < n; ++i) {
-      int64_t v = all[i];
-      for (int r = 1; r < size_; ++r) {
-        int64_t x = all[r * n + i];
-        switch (op) {
-          case ReduceOp::kSum: v += x; break;
-          case ReduceOp::kMin: v = std::min(v, x); break;
-          case ReduceOp::kMax: v = std::max(v, x); break;
-          case ReduceOp::kBitOr: v |= x; break;
-          case ReduceOp::kBitAnd: v &= x; break;
-        }
-      }
-      values[i] = v;
-    }
+    ReduceGathered(all.data(), n, size_, op, values);
     return Status::OK();
   }
 

@@ -1,4 +1,5 @@
-// Helpers over a host Communicator: exchanging strings and statuses.
+// Helpers over a host Communicator: exchanging strings and statuses, and
+// reducing all-gathered values.
 #pragma once
 
 #include <string>
@@ -24,5 +25,10 @@ Status DecodeStatus(const std::string& bytes);
 // OK iff all are OK; else the first failing rank's code, with every failing
 // rank's message. `what` names the step.
 Status CombineStatuses(const std::vector<Status>& per_rank, const std::string& what);
+
+// AllReduce for transports without it: `all` holds every rank's `n` values,
+// rank by rank (an all-gather's result); out[i] = op over the ranks' i-th
+// values. kSum wraps around modulo 2^64.
+void ReduceGathered(const int64_t* all, size_t n, int ranks, ReduceOp op, int64_t* out);
 
 }  // namespace ckfmt::dist
