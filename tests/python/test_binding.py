@@ -13,7 +13,10 @@ torch.load its int keys back. Without numpy the test is skipped (exit 77).
 """
 
 import collections
+import json
+import multiprocessing
 import os
+import queue
 import shutil
 import subprocess
 import sys
@@ -270,6 +273,200 @@ class BindingTest(unittest.TestCase):
         self.assertEqual(load_numpy(self.path), state)
 
 
+class QueueComm:
+    """A transport between the processes of a test: an inbox queue per rank
+    (a put never blocks). A rank that fails or leaves tells every inbox, so
+    that a rank waiting for it fails instead of waiting forever."""
+
+    def __init__(self, rank, inboxes, fail_at=-1):
+        self.rank, self.size, self.inboxes = rank, len(inboxes), inboxes
+        self.stash = collections.defaultdict(collections.deque)
+        self.gone, self.calls, self.fail_at = set(), 0, fail_at
+
+    def _op(self):
+        self.calls += 1
+        if self.calls - 1 == self.fail_at:
+            self.leave()
+            raise ConnectionError("rank %d: the link went down" % self.rank)
+
+    def _put(self, dst, tag, data):
+        self.inboxes[dst].put((self.rank, tag, bytes(data)))
+
+    def _take(self, src, tag, into):
+        box = self.stash[(src, tag)]
+        while not box:
+            if src in self.gone:
+                raise ConnectionError("rank %d is gone" % src)
+            frm, t, data = self.inboxes[self.rank].get(timeout=60)
+            if t is None:
+                self.gone.add(frm)
+            else:
+                self.stash[(frm, t)].append(data)
+        data = box.popleft()
+        if len(data) != len(into):
+            raise ValueError("expected %d bytes, got %d" % (len(into), len(data)))
+        into[:] = data
+
+    def all_gather(self, send, recv):
+        self._op()
+        n = len(send)
+        for r in range(self.size):
+            self._put(r, "gather", send)
+        for r in range(self.size):
+            self._take(r, "gather", recv[r * n:(r + 1) * n])
+
+    def broadcast(self, buf, root):
+        self._op()
+        if self.rank == root:
+            for r in range(self.size):
+                if r != root:
+                    self._put(r, "bcast", buf)
+        else:
+            self._take(root, "bcast", buf)
+
+    def send(self, buf, dst, tag):
+        self._op()
+        self._put(dst, tag, buf)
+
+    def recv(self, buf, src, tag):
+        self._op()
+        self._take(src, tag, buf)
+
+    def leave(self):
+        for r in range(self.size):
+            self.inboxes[r].put((self.rank, None, None))
+
+
+W = np.arange(24, dtype=np.float32).reshape(4, 6) - 7.5
+M = np.linspace(0, 1e-3, 10, dtype=np.float32)
+M_SPLIT = [0, 4, 7, 10]  # rank r holds M[M_SPLIT[r]:M_SPLIT[r + 1]]
+
+
+def rank_state(rank, tensor=np.asarray):
+    """Rank r's part of a model sharded over three ranks: rows of w (ranks 0
+    and 1; rank 2 holds none), a flat range of the optimizer's m, the
+    replicated rest, and (rank 1 only) a data-loader position."""
+    lo, hi = M_SPLIT[rank], M_SPLIT[rank + 1]
+    state = {"model": {},
+             "optim": {"state": {0: {"m": ckfmt.Shard(tensor(M[lo:hi]), M.shape, flat_start=lo),
+                                     "step": 3}},
+                       "param_groups": [{"lr": 0.1, "betas": (0.9, 0.99)}]},
+             "epoch": 2}
+    if rank < 2:
+        state["model"]["w"] = ckfmt.Shard(tensor(W[2 * rank:2 * rank + 2]), W.shape,
+                                          offsets=(2 * rank, 0))
+    if rank == 1:
+        state["loader"] = {"seen": 17}
+    return state
+
+
+def save_rank(rank, inboxes, results, path, kwargs, fail_at):
+    comm = QueueComm(rank, inboxes, fail_at)
+    try:
+        ckfmt.save(path, rank_state(rank), comm=comm, **kwargs)
+        results.put((rank, "OK", "", ""))
+    except ckfmt.CkfmtError as e:
+        results.put((rank, e.code, str(e), repr(e.__cause__)))
+    finally:
+        comm.leave()
+
+
+class DistTest(unittest.TestCase):
+    """Three processes save one file through a transport of the test's own."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="ckfmt_binding_dist_")
+        self.path = os.path.join(self.dir, "state.ckfmt")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def save_all(self, fail_at=(-1, -1, -1), **kwargs):
+        ctx = multiprocessing.get_context("spawn")
+        inboxes = [ctx.Queue() for _ in range(3)]
+        results = ctx.Queue()
+        procs = [ctx.Process(target=save_rank,
+                             args=(r, inboxes, results, self.path, kwargs, fail_at[r]))
+                 for r in range(3)]
+        for p in procs:
+            p.start()
+        try:
+            got = sorted(results.get(timeout=120) for _ in procs)
+        except queue.Empty:
+            got = None
+        for p in procs:
+            p.join(30)
+        self.assertIsNotNone(got, "a rank did not finish")
+        return got
+
+    def test_every_ranks_part_makes_one_file(self):
+        for mode, codec in (("flattened", "none"), ("parallel", "byteplane-zstd")):
+            with self.subTest(mode=mode):
+                got = self.save_all(mode=mode, codec=codec, metadata={"job": "dist"})
+                self.assertEqual([g[1] for g in got], ["OK"] * 3, got)
+                back = load_numpy(self.path)
+                self.assertTrue(same(back["model"]["w"], W))
+                self.assertTrue(same(back["optim"]["state"][0]["m"], M))
+                self.assertEqual(back["optim"]["state"][0]["step"], 3)
+                self.assertEqual(back["optim"]["param_groups"][0]["betas"], (0.9, 0.99))
+                self.assertEqual((back["epoch"], back["loader"]), (2, {"seen": 17}))
+                self.assertEqual(ckfmt.describe(self.path)[1]["job"], "dist")
+                tool = os.environ.get("CKFMT_TOOL")
+                if tool:  # the file says how it was made
+                    info = json.loads(subprocess.run([tool, "inspect", "--json", self.path],
+                                                     check=True, capture_output=True).stdout)
+                    self.assertEqual((info["save_mode"], info["world_size"]), (mode, 3))
+                # A rank of another layout loads its own part.
+                mine = {"model": {"w": ckfmt.Shard(np.zeros((4, 3), np.float32), W.shape,
+                                                   offsets=(0, 3))}}
+                load_numpy(self.path, mine, unexpected="ignore")
+                self.assertTrue(same(mine["model"]["w"].tensor, W[:, 3:]))
+
+    def test_a_failing_transport_fails_every_rank_and_keeps_the_previous_file(self):
+        self.assertEqual([g[1] for g in self.save_all()], ["OK"] * 3)
+        with open(self.path, "rb") as f:
+            good = f.read()
+        got = self.save_all(fail_at=(-1, 3, -1))
+        self.assertTrue(all(g[1] == "Aborted" for g in got), got)
+        self.assertIn("failed in the caller's transport", got[1][2])
+        self.assertIn("the link went down", got[1][3])
+        with open(self.path, "rb") as f:
+            self.assertEqual(f.read(), good)
+        self.assertEqual(os.listdir(self.dir), ["state.ckfmt"])
+
+
+def torch_save_rank(rank, init, path, results, device):
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=3)
+    try:
+        comm = ckfmt.TorchComm()
+        # The transport itself: rank order, roots and tags.
+        got = bytearray(6)
+        comm.all_gather(memoryview(bytearray([rank, 7])), memoryview(got))
+        assert got == bytearray([0, 7, 1, 7, 2, 7]), got
+        buf = bytearray([rank] * 3)
+        comm.broadcast(memoryview(buf), 1)
+        assert buf == bytearray([1] * 3), buf
+        mine, theirs = bytearray([10 + rank]), bytearray(1)
+        for step in (0, 1) if rank % 2 == 0 else (1, 0):  # a ring, sends and receives paired
+            if step == 0:
+                comm.send(memoryview(mine), (rank + 1) % 3, 5)
+            else:
+                comm.recv(memoryview(theirs), (rank + 2) % 3, 5)
+        assert theirs[0] == 10 + (rank + 2) % 3, theirs
+        if device == "cpu":
+            # A small budget: rank 0 gathers bucket by bucket, through gloo sends.
+            ckfmt.save(path, rank_state(rank, torch.from_numpy), comm=comm, memory_budget=64)
+        else:  # every rank writes its GPU shards into the file itself
+            ckfmt.save(path, rank_state(rank, lambda a: torch.from_numpy(a).to(device)),
+                       comm=comm, mode="parallel", codec="byteplane-zstd")
+        results.put((rank, "OK"))
+    except Exception as e:
+        results.put((rank, repr(e)))
+    finally:
+        dist.destroy_process_group()
+
+
 @unittest.skipIf(torch is None, "torch is not installed")
 class TorchTest(unittest.TestCase):
     def setUp(self):
@@ -350,6 +547,30 @@ class TorchTest(unittest.TestCase):
         back = torch.load(out, weights_only=True)
         self.assertEqual(sorted(back["optim"]["state"].keys()), [0, 1, 2, 3])
         self.assertIsInstance(back["optim"]["param_groups"][0]["betas"], tuple)
+
+    def save_with_gloo(self, device):
+        ctx = multiprocessing.get_context("spawn")
+        results = ctx.Queue()
+        init = "file://" + os.path.join(self.dir, "rendezvous_" + device.replace(":", "_"))
+        procs = [ctx.Process(target=torch_save_rank, args=(r, init, self.path, results, device))
+                 for r in range(3)]
+        for p in procs:
+            p.start()
+        got = sorted(results.get(timeout=120) for _ in procs)
+        for p in procs:
+            p.join(30)
+        self.assertEqual(got, [(0, "OK"), (1, "OK"), (2, "OK")])
+        back = ckfmt.load(self.path)
+        self.assertTrue(torch.equal(back["model"]["w"], torch.from_numpy(W)))
+        self.assertTrue(torch.equal(back["optim"]["state"][0]["m"], torch.from_numpy(M)))
+        self.assertEqual(back["loader"], {"seen": 17})
+
+    def test_ranks_of_a_gloo_group_save_one_file(self):
+        self.save_with_gloo("cpu")
+
+    @unittest.skipIf(torch is None or not torch.cuda.is_available(), "no GPU")
+    def test_ranks_save_their_gpu_shards_in_parallel(self):
+        self.save_with_gloo("cuda:0")
 
     @unittest.skipIf(torch is None or not torch.cuda.is_available(), "no GPU")
     def test_gpu_tensors_round_trip_and_are_created_on_the_gpu(self):

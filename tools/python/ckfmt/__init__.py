@@ -21,15 +21,22 @@ keeps them too. Other objects are pickled when saved (content type
 "pickle") and unpickled on load only with allow_pickle=True: unpickling
 runs code from the file.
 
+A job of several processes saves one file together: every rank passes its
+part (Shard tensors for what it holds of a larger one) and a transport,
+e.g. ckfmt.save(path, state, comm=ckfmt.TorchComm()); each rank loads its
+own part back with Shard tensors, however the file was sharded.
+
 Only the standard library is needed; numpy and torch are used when the
 state holds their arrays. The library is found from `lib`, $CKFMT_LIB,
 the build tree beside this file, or the system's library path.
 """
 
 from ._abi import CkfmtError
+from ._dist import TorchComm
 from ._flatten import Shard
 from ._listing import Entry, describe, verify
 from ._load import load
 from ._save import AsyncSaver, save
 
-__all__ = ["save", "load", "describe", "verify", "AsyncSaver", "Shard", "Entry", "CkfmtError"]
+__all__ = ["save", "load", "describe", "verify", "AsyncSaver", "Shard", "TorchComm", "Entry",
+           "CkfmtError"]

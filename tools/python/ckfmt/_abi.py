@@ -65,6 +65,25 @@ class _LoadOptions(ctypes.Structure):
                 ("refuse_content_type", ctypes.c_char_p)]
 
 
+_ALL_GATHER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64,
+                               ctypes.c_void_p)
+_BROADCAST = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64,
+                              ctypes.c_int)
+_POINT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64,
+                          ctypes.c_int, ctypes.c_int)
+
+
+class _CommOps(ctypes.Structure):
+    _fields_ = [("ctx", ctypes.c_void_p), ("rank", ctypes.c_int), ("size", ctypes.c_int),
+                ("all_gather", _ALL_GATHER), ("broadcast", _BROADCAST), ("send", _POINT),
+                ("recv", _POINT)]
+
+
+class _DistOptions(ctypes.Structure):
+    _fields_ = [("mode", ctypes.c_int), ("memory_budget", ctypes.c_uint64),
+                ("check_contents", ctypes.c_int)]
+
+
 _libs = {}
 
 
@@ -78,9 +97,9 @@ def _lib(path=None):
         raise OSError("libckfmt.so not found: pass lib= or set CKFMT_LIB")
     if path not in _libs:
         lib = ctypes.CDLL(path)
-        if not hasattr(lib, "ckfmt_list_entries"):  # the newest entry point
-            raise OSError("%s lacks ckfmt_list_entries: a libckfmt.so older than this binding"
-                          % path)
+        if not hasattr(lib, "ckfmt_dist_save_entries"):  # the newest entry point
+            raise OSError("%s lacks ckfmt_dist_save_entries: a libckfmt.so older than this "
+                          "binding" % path)
         lib.ckfmt_save_entries.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Entry), ctypes.c_size_t,
                                            ctypes.POINTER(_Metadata), ctypes.c_size_t,
                                            ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
@@ -107,6 +126,13 @@ def _lib(path=None):
         lib.ckfmt_async_busy.argtypes = [ctypes.c_void_p]
         lib.ckfmt_async_last_blocked_seconds.argtypes = [ctypes.c_void_p]
         lib.ckfmt_async_last_blocked_seconds.restype = ctypes.c_double
+        lib.ckfmt_comm_new.argtypes = [ctypes.POINTER(_CommOps), ctypes.POINTER(ctypes.c_void_p),
+                                       ctypes.c_char_p, ctypes.c_size_t]
+        lib.ckfmt_comm_free.argtypes = [ctypes.c_void_p]
+        lib.ckfmt_dist_save_entries.argtypes = [
+            ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(_Entry), ctypes.c_size_t,
+            ctypes.POINTER(_Metadata), ctypes.c_size_t, ctypes.c_char_p,
+            ctypes.POINTER(_DistOptions), ctypes.c_char_p, ctypes.c_size_t]
         _libs[path] = lib
     return _libs[path]
 

@@ -5,6 +5,7 @@ import json
 import os
 
 from ._abi import _AsyncOptions, _Metadata, _check, _lib
+from ._dist import dist_save
 from ._flatten import _Flat, _sync_devices
 
 
@@ -22,11 +23,31 @@ def _for_save(state, metadata):
     return flat, md_array, len(items)
 
 
-def save(path, state, codec="none", metadata=None, lib=None):
+def save(path, state, codec="none", metadata=None, lib=None, comm=None, mode="flattened",
+         memory_budget=0, check_contents=False):
     """Saves `state` (a dict) to `path` atomically: a failed save leaves what
     was at `path` as it was. codec: "none", "zstd" or "byteplane-zstd".
-    metadata: a str -> str dict stored in the file's index."""
+    metadata: a str -> str dict stored in the file's index.
+
+    comm: a job of several processes saving one file together. Every rank
+    calls save() with the same path and options, its own part of the state
+    and a transport (TorchComm(group), or an object with `rank`, `size` and
+    all_gather(send, recv), broadcast(buf, root), send(buf, dst, tag) and
+    recv(buf, src, tag) on memoryviews). Shard tensors are this rank's part
+    of a tensor, and the ranks' parts must cover it; everything else is
+    written once, from the lowest rank that has it (ranks holding the same
+    key must agree on its kind, dtype and shape, and with check_contents on
+    its contents). mode: "flattened" (rank 0 gathers and writes; host
+    tensors only, rank 0 holding at most memory_budget bytes of gathered
+    data, 0: 512 MiB) or "parallel" (every rank writes its own part: GPU
+    tensors too; the directory must be shared). If one rank fails, every
+    rank raises, naming the failing ranks, and nothing appears at `path`.
+    Rank 0's metadata and typing (int keys, tuples) are the file's."""
     flat, md, n_md = _for_save(state, metadata)
+    if comm is not None:
+        dist_save(lib, comm, path, flat.array(), len(flat.entries), md, n_md, codec, mode,
+                  memory_budget, check_contents)
+        return
     err = ctypes.create_string_buffer(4096)
     rc = _lib(lib).ckfmt_save_entries(os.fsencode(path), flat.array(), len(flat.entries), md, n_md,
                                       codec.encode(), err, len(err))
