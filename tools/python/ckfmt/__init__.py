@@ -22,9 +22,10 @@ keeps them too. Other objects are pickled when saved (content type
 runs code from the file.
 
 A job of several processes saves one file together: every rank passes its
-part (Shard tensors for what it holds of a larger one) and a transport,
-e.g. ckfmt.save(path, state, comm=ckfmt.TorchComm()); each rank loads its
-own part back with Shard tensors, however the file was sharded.
+part (Shard tensors, or DTensors, for what it holds of a larger one) and a
+transport, e.g. ckfmt.save(path, state, comm=ckfmt.TorchComm()); each rank
+loads its own part back into Shards or DTensors, however the file was
+sharded.
 
 Only the standard library is needed; numpy and torch are used when the
 state holds their arrays. The library is found from `lib`, $CKFMT_LIB,

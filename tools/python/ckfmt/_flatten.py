@@ -32,6 +32,24 @@ def _torch():
     return sys.modules.get("torch")
 
 
+def _dtensor_shard(v, text):
+    """A torch DTensor as the Shard of its local tensor (a view of its
+    data, so a load fills the DTensor); None for anything else."""
+    dt = sys.modules.get("torch.distributed.tensor")
+    if dt is None or not isinstance(v, dt.DTensor):
+        return None
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+    for p in v.placements:
+        if p.is_partial():
+            raise TypeError("%s: a DTensor with a Partial placement holds addends of its "
+                            "values, not values; redistribute it first" % text)
+        if type(p).__name__ == "_StridedShard":
+            raise TypeError("%s: a DTensor with a strided shard placement (%s) holds no box "
+                            "of its tensor" % (text, p))
+    _, offsets = compute_local_shape_and_global_offset(v.shape, v.device_mesh, v.placements)
+    return Shard(v.to_local(), tuple(v.shape), offsets=tuple(offsets))
+
+
 def _is_tensor(x):
     t = _torch()
     if t is not None and isinstance(x, t.Tensor):
@@ -114,6 +132,9 @@ class _Flat:
         np = sys.modules.get("numpy")
         if np is not None and isinstance(v, np.generic):
             v = np.asarray(v)  # a numpy scalar: a 0-d array
+        shard = _dtensor_shard(v, text)
+        if shard is not None:
+            return self._tensor(shard.tensor, text, shard)
         if _is_tensor(v):
             return self._tensor(v, text)
         if isinstance(v, Shard):
