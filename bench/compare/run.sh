@@ -4,8 +4,9 @@
 # safetensors from the Python package index; without them, says so and exits.
 # Then prints compression ratios on real trained weights (real_weights.py).
 # Then converts checkpoints of many small tensors beside torch's own tools
-# (many_tensors.py), and saves and loads 40,000 small entries through the
-# Python binding beside torch.save (many_entries.py).
+# (many_tensors.py), saves and loads 40,000 small entries through the
+# Python binding beside torch.save (many_entries.py), and a state sharded
+# over two processes beside DCP (dist_save.py).
 #   bench/compare/run.sh [--dir DIR] [--size-gib 2] [--runs 5]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -35,3 +36,5 @@ done
 "$venv/bin/python" "$here/many_tensors.py" --tool "$build/tools/ckfmt" "${dir_args[@]}"
 # The Python binding on 40,000 small entries, beside torch.save.
 "$venv/bin/python" "$here/many_entries.py" --lib "$build/engine/libckfmt.so" "${dir_args[@]}"
+# A sharded state saved and loaded by two gloo ranks, beside DCP.
+"$venv/bin/python" "$here/dist_save.py" --lib "$build/engine/libckfmt.so" "${dir_args[@]}"
