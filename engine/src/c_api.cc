@@ -1,10 +1,13 @@
 #include "ckfmt/c_api.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <optional>
 #include <set>
 #include <vector>
 
 #include "c_api_state.h"
+#include "ckfmt/dist/dist_load.h"
 #include "ckfmt/reader.h"
 #include "ckfmt/verify.h"
 #include "ckfmt/writer.h"
@@ -150,11 +153,11 @@ Status HandOver(const Value& sd, const LoadReport& report, const std::set<KeyPat
     }
   }
   Status status;
-  std::vector<uint64_t> shape;
+  EntryArrays arrays;
   VisitValues(sd, [&](const KeyPath& p, const Value& v) {
     if (!status.ok() || !loaded.count(p) || callers_tensors.count(p)) return;
     const std::string key = FormatKeyPath(p);
-    const ckfmt_entry e = EntryOf(key, v, &shape);
+    const ckfmt_entry e = EntryOf(key, v, &arrays);
     if (int rc = o.on_entry(o.entry_ctx, &e); rc != 0) {
       status = Status::Aborted(file + ": on_entry returned " + std::to_string(rc) + " for " + key);
     }
@@ -207,8 +210,37 @@ Status LoadEntries(const char* path, const ckfmt_entry* entries, size_t n, const
   CKFMT_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(path, ro));
   CKFMT_RETURN_IF_ERROR(HandMetadata(*reader, o.on_metadata, o.metadata_ctx));
   if (o.refuse_content_type) CKFMT_RETURN_IF_ERROR(RefuseContentType(*reader, sd, lo, o));
-  CKFMT_ASSIGN_OR_RETURN(LoadReport report, reader->Load(&sd, lo));
-  return HandOver(sd, report, callers_tensors, o, path);
+  if (!o.layout) {
+    CKFMT_ASSIGN_OR_RETURN(LoadReport report, reader->Load(&sd, lo));
+    return HandOver(sd, report, callers_tensors, o, path);
+  }
+  Status refused;
+  dist::ShardedLoadOptions so;
+  so.load = lo;
+  so.layout = [&](const KeyPath& at, const Shape& global) -> std::optional<Region> {
+    const std::string key = FormatKeyPath(at);
+    ckfmt_entry e{};
+    e.key = key.c_str();
+    e.kind = CKFMT_KIND_TENSOR;
+    e.device = -1;
+    e.ndim = static_cast<uint32_t>(global.size());
+    e.shape = global.data();
+    std::vector<uint64_t> offsets(global.size()), lengths(global.size());
+    const int rc = o.layout(o.layout_ctx, &e, offsets.data(), lengths.data());
+    if (rc == 0) return std::nullopt;
+    if (rc == 1) return Region::Box(std::move(offsets), std::move(lengths));
+    // A region no tensor has stops the load where regions are checked,
+    // before anything is read; the caller's failure replaces that error.
+    if (refused.ok()) {
+      refused = Status::Aborted(std::string(path) + ": layout returned " + std::to_string(rc) +
+                                " for " + key);
+    }
+    return Region::Flat(UINT64_MAX, 1);
+  };
+  auto report = dist::LoadSharded(*reader, &sd, so);
+  if (!refused.ok()) return refused;
+  if (!report.ok()) return report.status();
+  return HandOver(sd, *report, callers_tensors, o, path);
 }
 
 ckfmt_load_options DefaultLoadOptions() {
@@ -247,14 +279,14 @@ extern "C" int ckfmt_list_entries(const char* path, ckfmt_entry_fn on_entry, voi
     CKFMT_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(path));
     CKFMT_RETURN_IF_ERROR(HandMetadata(*reader, on_metadata, metadata_ctx));
     if (!on_entry) return Status::OK();
-    std::vector<uint64_t> shape;
+    EntryArrays arrays;
     for (const EntryRecord& r : reader->index().entries) {
       // A value standing for the record: data-less views, the scalars themselves.
       Value v = r.kind == EntryKind::kTensor  ? Value(Tensor::View(r.dtype, r.shape, nullptr))
                 : r.kind == EntryKind::kBytes ? Value(Bytes{r.content_type, {}})
                                               : ScalarValue(r);
       const std::string key = FormatKeyPath(r.path);
-      ckfmt_entry e = EntryOf(key, v, &shape);
+      ckfmt_entry e = EntryOf(key, v, &arrays);
       if (r.HasData()) {
         e.bytes = nullptr;
         e.size = r.ByteSize();

@@ -157,21 +157,31 @@ Result<Value> EntriesToStateDict(const ckfmt_entry* entries, size_t n, const Nou
   return root;
 }
 
-ckfmt_entry EntryOf(const std::string& key, const Value& value,
-                    std::vector<uint64_t>* shape_buffer) {
+ckfmt_entry EntryOf(const std::string& key, const Value& value, EntryArrays* arrays) {
   ckfmt_entry e{};
   e.key = key.c_str();
   e.device = -1;
   switch (value.kind()) {
     case Value::Kind::kTensor: {
       const Tensor& t = value.as_tensor();
-      shape_buffer->assign(t.shape().begin(), t.shape().end());
+      arrays->shape.assign(t.shape().begin(), t.shape().end());
       e.kind = CKFMT_KIND_TENSOR;
       e.dtype = static_cast<uint8_t>(t.dtype());
       e.device = DeviceToAbi(t.device());
-      e.ndim = static_cast<uint32_t>(shape_buffer->size());
-      e.shape = shape_buffer->data();
+      e.ndim = static_cast<uint32_t>(arrays->shape.size());
+      e.shape = arrays->shape.data();
       e.data = t.data();
+      if (const auto& shard = t.shard()) {
+        arrays->global_shape = shard->global_shape;
+        e.global_ndim = static_cast<uint32_t>(arrays->global_shape.size());
+        e.global_shape = arrays->global_shape.data();
+        if (shard->region.kind == Region::Kind::kBox) {
+          arrays->offsets = shard->region.offsets;
+          e.offsets = arrays->offsets.data();
+        } else {
+          e.flat_start = shard->region.start;
+        }
+      }
       break;
     }
     case Value::Kind::kInt:

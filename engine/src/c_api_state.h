@@ -71,9 +71,14 @@ int32_t DeviceToAbi(Device device);
 Result<Value> EntriesToStateDict(const ckfmt_entry* entries, size_t n, const Noun& noun,
                                  bool declarations_only);
 
-// A descriptor of `value` at `key` whose pointers (key, shape, bytes) point
-// into `key`, `value` and `shape_buffer`, which must outlive its use.
-ckfmt_entry EntryOf(const std::string& key, const Value& value,
-                    std::vector<uint64_t>* shape_buffer);
+// The arrays a descriptor made by EntryOf points into.
+struct EntryArrays {
+  std::vector<uint64_t> shape, global_shape, offsets;
+};
+
+// A descriptor of `value` at `key` whose pointers (key, shape, bytes, and a
+// shard's global shape and offsets) point into `key`, `value` and
+// `arrays`, which must outlive its use.
+ckfmt_entry EntryOf(const std::string& key, const Value& value, EntryArrays* arrays);
 
 }  // namespace ckfmt

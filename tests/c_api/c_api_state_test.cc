@@ -36,6 +36,7 @@ struct Got {
   double float_value = 0;
   std::string bytes, content_type;
   uint64_t size = 0;
+  std::vector<uint64_t> global_shape, offsets;  // a shard's
 };
 
 // The caller's side of a load: memory for what it lacks, and what it got.
@@ -69,6 +70,10 @@ struct Sink {
       uint64_t n = e->dtype == kF32 ? 4 : 2;
       for (uint64_t d : g.shape) n *= d;
       if (e->data) g.data_copy.assign(static_cast<const char*>(e->data), n);
+      if (e->global_ndim) {
+        g.global_shape.assign(e->global_shape, e->global_shape + e->global_ndim);
+        if (e->offsets) g.offsets.assign(e->offsets, e->offsets + e->global_ndim);
+      }
     }
     g.int_value = e->int_value;
     g.float_value = e->float_value;
@@ -487,6 +492,67 @@ TEST_F(CApiStateTest, ShardsLoadTheirPartWhateverTheFilesSharding) {
   bad = f;
   bad.flat_start = 20;
   expect_refused(bad, "entry 0 (\"w\"): shard");
+}
+
+// A rank resuming with a fresh optimizer: what it lacks is created as the
+// shard its layout says, not as the whole tensor.
+TEST_F(CApiStateTest, ALayoutCreatesWhatTheCallerLacksAsItsShard) {
+  std::vector<float> whole(24);
+  for (size_t i = 0; i < whole.size(); ++i) whole[i] = float(i);
+  const uint64_t global[2] = {4, 6};
+  ASSERT_EQ(Save({Tensor("model/w", kF32, 2, w_shape_, w_.data()),
+                  Tensor("optim/m", kF32, 2, global, whole.data()), Int("step", 9)}),
+            0)
+      << err_;
+  struct Layout {
+    std::vector<std::string> asked;
+    std::vector<std::vector<uint64_t>> shapes;
+    int fail_with = 0;
+    static int Of(void* ctx, const ckfmt_entry* e, uint64_t* offsets, uint64_t* lengths) {
+      auto* l = static_cast<Layout*>(ctx);
+      l->asked.push_back(e->key);
+      l->shapes.emplace_back(e->shape, e->shape + e->ndim);
+      if (l->fail_with) return l->fail_with;
+      if (std::string(e->key) != "optim/m") return 0;  // whole
+      offsets[0] = 2, offsets[1] = 3;                  // rows 2-3, columns 3-5
+      lengths[0] = 2, lengths[1] = 3;
+      return 1;
+    }
+  } layout;
+  Sink sink;
+  ckfmt_load_options o = Options(&sink);
+  o.layout = &Layout::Of;
+  o.layout_ctx = &layout;
+  std::vector<float> w(6, -1.0f);
+  const std::vector<ckfmt_entry> have = {Tensor("model/w", kF32, 2, w_shape_, w.data())};
+  ASSERT_EQ(Load(have, o), 0) << err_;
+  EXPECT_EQ(layout.asked, (std::vector<std::string>{"optim/m"}))  // the caller's w is not asked
+      << "asked for " << layout.asked.size();
+  EXPECT_EQ(layout.shapes.front(), (std::vector<uint64_t>{4, 6}));
+  EXPECT_EQ(sink.alloc_keys, (std::vector<std::string>{"optim/m"}));
+  const Got* m = sink.Find("optim/m");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->shape, (std::vector<uint64_t>{2, 3}));
+  EXPECT_EQ(m->global_shape, (std::vector<uint64_t>{4, 6}));
+  EXPECT_EQ(m->offsets, (std::vector<uint64_t>{2, 3}));
+  const std::vector<float> want = {15, 16, 17, 21, 22, 23};
+  EXPECT_EQ(m->data_copy, std::string(reinterpret_cast<const char*>(want.data()), 24));
+  ASSERT_NE(sink.Find("step"), nullptr);
+  EXPECT_EQ(sink.Find("step")->int_value, 9);
+  EXPECT_EQ(w, w_);
+
+  // A layout that fails stops the load before anything is read.
+  Sink failed;
+  o = Options(&failed);
+  o.layout = &Layout::Of;
+  o.layout_ctx = &layout;
+  layout.fail_with = 7;
+  std::fill(w.begin(), w.end(), -1.0f);
+  EXPECT_EQ(Load(have, o), kAborted);
+  EXPECT_NE(std::string(err_).find("layout returned 7 for optim/m"), std::string::npos) << err_;
+  EXPECT_EQ(w, std::vector<float>(6, -1.0f));
+  EXPECT_TRUE(failed.alloc_keys.empty());
+  EXPECT_TRUE(failed.got.empty());
 }
 
 TEST_F(CApiStateTest, ListingTellsWhatAFileHoldsWithoutReadingItsData) {

@@ -239,6 +239,14 @@ typedef void* (*ckfmt_alloc_fn)(void* ctx, const ckfmt_entry* entry);
  * A nonzero return stops the calls and fails the load (kAborted). */
 typedef int (*ckfmt_entry_fn)(void* ctx, const ckfmt_entry* entry);
 typedef int (*ckfmt_metadata_fn)(void* ctx, const char* key, const char* value);
+/* This rank's part of a tensor the caller lacks, for a load that creates
+ * it as a shard: `entry` holds the key and the global shape (ndim, shape).
+ * Returns 0 for the whole tensor, or 1 with a box written to offsets and
+ * lengths (ndim values each, inside the global shape); anything else fails
+ * the load (kAborted) before any data is read. Called on the thread that
+ * called ckfmt_load_entries, before alloc. */
+typedef int (*ckfmt_layout_fn)(void* ctx, const ckfmt_entry* entry, uint64_t* offsets,
+                               uint64_t* lengths);
 
 #define CKFMT_UNEXPECTED_RECONSTRUCT 0 /* create what the caller lacks */
 #define CKFMT_UNEXPECTED_IGNORE 1      /* leave it in the file */
@@ -263,6 +271,11 @@ typedef struct ckfmt_load_options {
    * over (e.g. "pickle", which a binding should not unpickle unasked) fails
    * the load with kAborted, naming it, before any data is read. */
   const char* refuse_content_type;
+  /* Non-NULL: tensors created for the caller are the shards it says
+   * (alloc gets the box's lengths as the shape; on_entry gets the tensor
+   * as a shard: global_ndim, global_shape, offsets). NULL: whole tensors. */
+  ckfmt_layout_fn layout;
+  void* layout_ctx;
 } ckfmt_load_options;
 
 /* Loads path into what the caller has, and hands over what it lacks.

@@ -48,6 +48,8 @@ class _Metadata(ctypes.Structure):
 _ALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(_Entry))
 _ON_ENTRY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(_Entry))
 _ON_METADATA = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
+_LAYOUT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(_Entry),
+                           ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64))
 
 
 class _AsyncOptions(ctypes.Structure):
@@ -62,7 +64,8 @@ class _LoadOptions(ctypes.Structure):
                 ("alloc", _ALLOC), ("alloc_ctx", ctypes.c_void_p),
                 ("on_entry", _ON_ENTRY), ("entry_ctx", ctypes.c_void_p),
                 ("on_metadata", _ON_METADATA), ("metadata_ctx", ctypes.c_void_p),
-                ("refuse_content_type", ctypes.c_char_p)]
+                ("refuse_content_type", ctypes.c_char_p), ("layout", _LAYOUT),
+                ("layout_ctx", ctypes.c_void_p)]
 
 
 _ALL_GATHER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64,
