@@ -247,6 +247,31 @@ class BindingTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             ckfmt.Shard(again, (4, 6))
 
+    def test_a_layout_creates_what_the_caller_lacks_as_its_box(self):
+        w = np.arange(24, dtype=np.float32).reshape(4, 6)
+        ckfmt.save(self.path, {"w": w, "b": np.ones(3), "step": 3})
+        asked = []
+
+        def layout(key, global_shape):
+            asked.append((key, global_shape))
+            return ((2, 3), (2, 3)) if key == "w" else None
+        back = load_numpy(self.path, layout=layout)
+        self.assertEqual(sorted(asked), [("b", (3,)), ("w", (4, 6))])
+        self.assertIsInstance(back["w"], ckfmt.Shard)
+        self.assertEqual((back["w"].global_shape, back["w"].offsets), ((4, 6), (2, 3)))
+        self.assertTrue(same(back["w"].tensor, w[2:4, 3:6].copy()))
+        self.assertTrue(same(back["b"], np.ones(3)))
+
+        class Refused(Exception):
+            pass
+
+        def failing(key, global_shape):
+            raise Refused(key)
+        mine = {"b": np.zeros(3)}
+        with self.assertRaises(Refused):
+            load_numpy(self.path, mine, layout=failing)
+        self.assertTrue(same(mine["b"], np.zeros(3)))  # nothing was read
+
     def test_describe_lists_the_index_without_reading_data(self):
         state = training_state()
         ckfmt.save(self.path, state, metadata={"run": "7"})
@@ -486,6 +511,37 @@ def dtensor_rank(rank, init, path, results):
         ckfmt.load(path, back, unexpected="ignore")
         assert torch.equal(back["model"]["w"].full_tensor(), w)
         assert torch.equal(back["optim"]["m"].to_local(), m)
+        # An AdamW over DTensor parameters resumes from a fresh optimizer:
+        # its moments come back as DTensors laid out like their parameters.
+        def make(seed):
+            torch.manual_seed(seed)
+            params = [torch.nn.Parameter(distribute_tensor(torch.randn(6, 4), mesh, [Shard(0)])),
+                      torch.nn.Parameter(distribute_tensor(torch.randn(5), mesh, [Replicate()]))]
+            return params, torch.optim.AdamW(params, lr=0.1)
+
+        def step(params, opt):
+            opt.zero_grad()
+            sum((p * p).sum() for p in params).backward()
+            opt.step()
+        params, opt = make(0)
+        step(params, opt)
+        opt_path = path + ".optim"
+        ckfmt.save(opt_path, {"params": {str(i): p for i, p in enumerate(params)},
+                              "optim": opt.state_dict()}, comm=ckfmt.TorchComm())
+        params2, opt2 = make(1)
+        state = {"params": {str(i): p for i, p in enumerate(params2)},
+                 "optim": opt2.state_dict()}
+        with torch.no_grad():
+            ckfmt.load(opt_path, state, layout=ckfmt.optimizer_layout(opt2))
+        for i, p in enumerate(params2):
+            made = state["optim"]["state"][i]["exp_avg"]
+            assert isinstance(made, DTensor) and made.placements == p.placements, (i, made)
+            assert torch.equal(made.to_local(), opt.state[params[i]]["exp_avg"].to_local())
+        opt2.load_state_dict(state["optim"])
+        step(params, opt)
+        step(params2, opt2)
+        for a, b in zip(params, params2):
+            assert torch.equal(a.to_local().view(torch.int32), b.to_local().view(torch.int32))
         try:  # pending sums are not values: refused on every rank before anything is sent
             ckfmt.save(path, {"p": DTensor.from_local(torch.ones(2), mesh, [Partial()])},
                        comm=ckfmt.TorchComm())

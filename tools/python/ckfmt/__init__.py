@@ -25,7 +25,8 @@ A job of several processes saves one file together: every rank passes its
 part (Shard tensors, or DTensors, for what it holds of a larger one) and a
 transport, e.g. ckfmt.save(path, state, comm=ckfmt.TorchComm()); each rank
 loads its own part back into Shards or DTensors, however the file was
-sharded.
+sharded, and with layout=optimizer_layout(optimizer) gets a fresh
+optimizer's state created sharded like its parameters.
 
 Only the standard library is needed; numpy and torch are used when the
 state holds their arrays. The library is found from `lib`, $CKFMT_LIB,
@@ -36,8 +37,8 @@ from ._abi import CkfmtError
 from ._dist import TorchComm
 from ._flatten import Shard
 from ._listing import Entry, describe, verify
-from ._load import load
+from ._load import load, optimizer_layout
 from ._save import AsyncSaver, save
 
-__all__ = ["save", "load", "describe", "verify", "AsyncSaver", "Shard", "TorchComm", "Entry",
-           "CkfmtError"]
+__all__ = ["save", "load", "describe", "verify", "AsyncSaver", "Shard", "TorchComm",
+           "optimizer_layout", "Entry", "CkfmtError"]

@@ -8,19 +8,62 @@ import os
 import pickle
 import sys
 
-from ._abi import (_ALLOC, _ON_ENTRY, _ON_METADATA, BYTES, DICT, DTYPE_NAMES, LIST, MISSING,
-                   TENSOR, UNEXPECTED, CkfmtError, _check, _lib, _LoadOptions, _scalar)
-from ._flatten import _data_ptr, _Flat, _sync_devices, _torch
+from ._abi import (_ALLOC, _LAYOUT, _ON_ENTRY, _ON_METADATA, BYTES, DICT, DTYPE_NAMES, LIST,
+                   MISSING, TENSOR, UNEXPECTED, CkfmtError, _check, _lib, _LoadOptions, _scalar)
+from ._flatten import Shard, _data_ptr, _Flat, _sync_devices, _torch
 from ._keys import INT_KEY_DICTS, ORDERED_DICTS, TUPLES, _format_path, _parse_path
 
 
 class _Loaded:
     """What a load hands back through its callbacks."""
 
-    def __init__(self, tensor_type, device):
-        self.tensor_type, self.device = tensor_type, device
+    def __init__(self, tensor_type, device, layout):
+        self.tensor_type, self.device, self.layout = tensor_type, device, layout
         self.created, self.values, self.metadata = {}, [], {}
+        self.shards = {}  # key -> how a created shard is handed back
         self.error = None
+
+    def where(self, _ctx, e, offsets, lengths):
+        """The caller's layout for a tensor it lacks: 0 whole, 1 a box."""
+        try:
+            e = e.contents
+            key = e.key.decode()
+            shape = tuple(e.shape[i] for i in range(e.ndim))
+            spec = self.layout(key, shape)
+            if spec is None:
+                return 0
+            first, second = spec
+            if type(first).__name__ == "DeviceMesh":
+                from torch.distributed.tensor._utils import \
+                    compute_local_shape_and_global_offset
+                lens, offs = compute_local_shape_and_global_offset(shape, first, second)
+                self.shards[key] = ("dtensor", first, tuple(second), shape)
+            else:
+                offs, lens = first, second
+                self.shards[key] = ("shard", shape, tuple(offs))
+            if len(offs) != len(shape) or len(lens) != len(shape):
+                raise ValueError("%s: layout gave a box of %d offsets and %d lengths for a "
+                                 "%d-d tensor" % (key, len(offs), len(lens), len(shape)))
+            for i in range(len(shape)):
+                offsets[i], lengths[i] = offs[i], lens[i]
+            return 1
+        except BaseException as x:  # surfaces after the load
+            self.error = self.error or x
+            return 2
+
+    def _handed_back(self, key, t):
+        how = self.shards.get(key)
+        if how is None:
+            return t
+        if how[0] == "shard":
+            return Shard(t, how[1], offsets=how[2])
+        from torch.distributed.tensor import DTensor
+        _, mesh, placements, shape = how
+        stride = [1] * len(shape)
+        for i in range(len(shape) - 2, -1, -1):
+            stride[i] = stride[i + 1] * shape[i + 1]
+        return DTensor.from_local(t, mesh, placements, run_check=False, shape=shape,
+                                  stride=tuple(stride))
 
     def alloc(self, _ctx, e):
         try:
@@ -52,7 +95,7 @@ class _Loaded:
             e = e.contents
             key = e.key.decode()
             if e.kind == TENSOR:
-                value = self.created[key]  # every tensor handed over came from alloc
+                value = self._handed_back(key, self.created[key])  # every one came from alloc
             elif e.kind == BYTES:
                 raw = ctypes.string_at(e.bytes, e.size) if e.size else b""
                 value = (e.content_type.decode(), raw)
@@ -170,7 +213,7 @@ def _set(node, k, value):
 
 
 def load(path, state=None, verify=True, unexpected="reconstruct", missing="error",
-         device=None, prefixes=(), tensor_type=None, allow_pickle=False, lib=None):
+         device=None, prefixes=(), tensor_type=None, allow_pickle=False, layout=None, lib=None):
     """Loads `path` into `state` (a dict; None: a new one) and returns it.
 
     The caller's tensors are filled in place (same dtype and shape, else
@@ -180,8 +223,12 @@ def load(path, state=None, verify=True, unexpected="reconstruct", missing="error
     tensor_type="numpy"), "ignore", or "error". missing: what `state` has
     and the file lacks: "error" or "ignore". prefixes: load only what lies
     under these key paths ("optim", "model/layers/[0]").
-    A state whose containers are tuples gets lists in their place where a
-    value inside must be replaced."""
+    layout(key, global_shape): for each tensor `state` lacks, None (create
+    it whole), (device_mesh, placements) (create this rank's part as a
+    DTensor) or (offsets, lengths) (create that box as a Shard);
+    optimizer_layout() makes one that shards an optimizer's state like its
+    parameters. A state whose containers are tuples gets lists in their
+    place where a value inside must be replaced."""
     if state is None:
         state = {}
     for name, value, allowed in (("unexpected", unexpected, UNEXPECTED),
@@ -200,7 +247,7 @@ def load(path, state=None, verify=True, unexpected="reconstruct", missing="error
             raise ValueError("numpy arrays live in host memory: device=%r needs torch" % d)
         torch = _torch() or __import__("torch")
         dev = int(d.split(":")[1]) if ":" in d else torch.cuda.current_device()
-    loaded = _Loaded(tensor_type, dev)
+    loaded = _Loaded(tensor_type, dev, layout)
     alloc, on_entry, on_md = _ALLOC(loaded.alloc), _ON_ENTRY(loaded.on_entry), \
         _ON_METADATA(loaded.on_metadata)
     pre = [(p if isinstance(p, str) else _format_path(p)).encode() for p in prefixes]
@@ -208,7 +255,8 @@ def load(path, state=None, verify=True, unexpected="reconstruct", missing="error
     opts = _LoadOptions(verify_checksums=int(bool(verify)), unexpected=UNEXPECTED[unexpected],
                         missing=MISSING[missing], reconstruct_device=dev, prefixes=pre_array,
                         n_prefixes=len(pre), alloc=alloc, on_entry=on_entry, on_metadata=on_md,
-                        refuse_content_type=None if allow_pickle else b"pickle")
+                        refuse_content_type=None if allow_pickle else b"pickle",
+                        layout=_LAYOUT(loaded.where) if layout else _LAYOUT())
     _sync_devices(flat)
     err = ctypes.create_string_buffer(4096)
     rc = _lib(lib).ckfmt_load_entries(os.fsencode(path), flat.array(), len(flat.entries),
@@ -222,3 +270,28 @@ def load(path, state=None, verify=True, unexpected="reconstruct", missing="error
     for original, packed in flat.copies:
         original[...] = packed
     return _rebuild(state, loaded)
+
+
+def optimizer_layout(optimizer, prefix="optim", then=None):
+    """A load() layout that creates a torch optimizer's per-parameter state
+    (its state_dict() at `prefix`: "<prefix>/state/<i>/<name>") like the
+    parameter it belongs to: as a DTensor of the parameter's mesh and
+    placements where the parameter is a DTensor and the global shapes
+    agree (moments), else whole (a step count). Other keys go to `then`
+    (a layout) or are created whole. A fresh optimizer of an FSDP2 or
+    tensor parallel model then gets its state back sharded as its first
+    step would have made it."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    head = _parse_path(prefix) + ["state"]
+
+    def layout(key, global_shape):
+        path = _parse_path(key)
+        if len(path) == len(head) + 2 and path[:len(head)] == head:
+            i = path[len(head)]
+            i = int(i) if isinstance(i, str) and i.isdigit() else i
+            p = params[i] if isinstance(i, int) and 0 <= i < len(params) else None
+            if hasattr(p, "placements") and tuple(p.shape) == tuple(global_shape):
+                return p.device_mesh, p.placements
+            return None
+        return then(key, global_shape) if then else None
+    return layout
