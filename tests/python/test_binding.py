@@ -664,6 +664,49 @@ class TorchTest(unittest.TestCase):
         self.assertTrue(torch.equal(back["model"]["b"], torch.from_numpy(W[0])))
         self.assertTrue(torch.equal(back["optim"]["m"], torch.from_numpy(M)))
 
+    def resume_on_a_mesh(self, device, backend):
+        """One rank: an AdamW over a DTensor parameter on a `device` mesh
+        gets its moments back as DTensors there, created on that device."""
+        import torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import DTensor, distribute_tensor
+        from torch.distributed.tensor import Shard as Rows
+        dist.init_process_group(backend, init_method="file://" + os.path.join(self.dir, "pg"),
+                                rank=0, world_size=1)
+        try:
+            mesh = init_device_mesh(device, (1,))
+
+            def make(values):
+                p = torch.nn.Parameter(distribute_tensor(values.to(device), mesh, [Rows(0)]))
+                return p, torch.optim.AdamW([p], lr=0.1)
+            p, opt = make(torch.randn(6, 4))
+            (p * p).sum().backward()
+            opt.step()
+            ckfmt.save(self.path, {"p": p, "optim": opt.state_dict()})
+            p2, opt2 = make(torch.zeros(6, 4))
+            state = {"p": p2, "optim": opt2.state_dict()}
+            if device == "cuda":  # moments for a GPU mesh, created in host memory: refused
+                with self.assertRaisesRegex(ValueError, "its mesh is on cuda"):
+                    ckfmt.load(self.path, state, layout=ckfmt.optimizer_layout(opt2))
+                self.assertEqual(state["optim"]["state"], {})  # nothing was read
+            with torch.no_grad():
+                ckfmt.load(self.path, state, layout=ckfmt.optimizer_layout(opt2),
+                           device="cuda:0" if device == "cuda" else None)
+            made = state["optim"]["state"][0]["exp_avg"]
+            self.assertIsInstance(made, DTensor)
+            self.assertEqual(made.to_local().device.type, device)
+            self.assertTrue(torch.equal(made.to_local(), opt.state[p]["exp_avg"].to_local()))
+            self.assertTrue(torch.equal(p2.to_local(), p.to_local()))
+        finally:
+            dist.destroy_process_group()
+
+    def test_a_cpu_mesh_gets_its_optimizer_state_back_as_dtensors(self):
+        self.resume_on_a_mesh("cpu", "gloo")
+
+    @unittest.skipIf(torch is None or not torch.cuda.is_available(), "no GPU")
+    def test_a_gpu_mesh_gets_its_optimizer_state_created_on_the_gpu(self):
+        self.resume_on_a_mesh("cuda", "nccl")
+
     def test_ranks_of_a_gloo_group_save_one_file(self):
         self.save_with_gloo("cpu")
 

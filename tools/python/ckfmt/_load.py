@@ -34,6 +34,11 @@ class _Loaded:
                 return 0
             first, second = spec
             if type(first).__name__ == "DeviceMesh":
+                if (first.device_type == "cuda") != (self.device >= 0):
+                    raise ValueError("%s: its mesh is on %s, the load creates tensors on %s: "
+                                     "pass device= to match" % (
+                                         key, first.device_type,
+                                         "cuda:%d" % self.device if self.device >= 0 else "cpu"))
                 from torch.distributed.tensor._utils import \
                     compute_local_shape_and_global_offset
                 lens, offs = compute_local_shape_and_global_offset(shape, first, second)
