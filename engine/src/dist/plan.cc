@@ -80,7 +80,9 @@ Result<std::vector<LocalEntry>> DescribeLocalState(const Value& state, int rank,
         using Allow = GpuTensorPolicy::Allow;
         if (on_device && gpu.allow == Allow::kNone) {
           return fail("is on " + DeviceName(t.device()) +
-                      ": GPU tensors need DistSaveOptions::device_comm in the flattened mode");
+                      ": the flattened mode gathers GPU tensors over a device communicator "
+                      "(DistSaveOptions::device_comm), and none was given; the parallel mode "
+                      "writes them from each rank without one");
         }
         if (on_device && gpu.allow == Allow::kOneDevice && t.device().index != gpu.device) {
           return fail("is on " + DeviceName(t.device()) + " but the device communicator is on " +
