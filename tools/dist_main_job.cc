@@ -200,7 +200,7 @@ Value BuildLocalState(const std::vector<ParamInfo>& params, const LayoutFn& layo
                       bool with_optimizer) {
   Value sd{Dict{}};
   Dict model;
-  for (const auto& p : params) model.Set(ParamName(p), MakeShard(p, layout(p.path, p.shape), Kind::kParam));
+  for (const auto& p : params) model.Set(ParamName(p), MakeShard(p, *layout(p.path, p.shape), Kind::kParam));
   sd.as_dict().Set("model", Value(std::move(model)));
   if (!with_optimizer) return sd;
   Dict state;
@@ -208,8 +208,8 @@ Value BuildLocalState(const std::vector<ParamInfo>& params, const LayoutFn& layo
   for (const auto& p : params) {
     const std::string& name = ParamName(p);
     Dict st;
-    st.Set("exp_avg", MakeShard(p, layout(StatePath(name, "exp_avg"), p.shape), Kind::kExpAvg));
-    st.Set("exp_avg_sq", MakeShard(p, layout(StatePath(name, "exp_avg_sq"), p.shape), Kind::kExpAvgSq));
+    st.Set("exp_avg", MakeShard(p, *layout(StatePath(name, "exp_avg"), p.shape), Kind::kExpAvg));
+    st.Set("exp_avg_sq", MakeShard(p, *layout(StatePath(name, "exp_avg_sq"), p.shape), Kind::kExpAvgSq));
     Tensor step = Tensor::Zeros(DType::kF32, {});
     *static_cast<float*>(step.data()) = kAdamStep;
     st.Set("step", step);
@@ -243,7 +243,7 @@ uint64_t CheckResumed(const Value& sd, const std::vector<ParamInfo>& params,
     const Value* v = sd.Find(path);
     if (!v || !v->is_tensor()) return problem(FormatKeyPath(path) + ": missing");
     const Tensor& t = v->as_tensor();
-    std::optional<Region> want = layout(path, p.shape);
+    std::optional<Region> want = *layout(path, p.shape);  // the job's layouts do not fail
     if (t.dtype() != DType::kF32 || t.global_shape() != p.shape) return problem(FormatKeyPath(path) + ": dtype/shape");
     if (want && (!t.shard() || t.region() != *want)) {
       return problem(FormatKeyPath(path) + ": expected this rank's shard " + want->ToString());

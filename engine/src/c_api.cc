@@ -81,6 +81,19 @@ extern "C" int ckfmt_save_entries(const char* path, const ckfmt_entry* entries, 
 
 namespace {
 
+// A tensor as a callback is asked about it: key, dtype, shape and device,
+// no data; it points into `key` and `shape`.
+ckfmt_entry TensorAsked(const std::string& key, uint8_t dtype, const Shape& shape, int32_t device) {
+  ckfmt_entry e{};
+  e.key = key.c_str();
+  e.kind = CKFMT_KIND_TENSOR;
+  e.dtype = dtype;
+  e.device = device;
+  e.ndim = static_cast<uint32_t>(shape.size());
+  e.shape = shape.data();
+  return e;
+}
+
 Result<LoadOptions> LoadOptionsOf(const ckfmt_load_options& o) {
   LoadOptions lo;
   switch (o.unexpected) {
@@ -123,13 +136,8 @@ Result<LoadOptions> LoadOptionsOf(const ckfmt_load_options& o) {
     lo.allocator = [&o](DType dtype, const Shape& shape, const KeyPath& at,
                         Device device) -> Result<Tensor> {
       const std::string key = FormatKeyPath(at);
-      ckfmt_entry e{};
-      e.key = key.c_str();
-      e.kind = CKFMT_KIND_TENSOR;
-      e.dtype = static_cast<uint8_t>(dtype);
-      e.device = DeviceToAbi(device);
-      e.ndim = static_cast<uint32_t>(shape.size());
-      e.shape = shape.data();
+      const ckfmt_entry e =
+          TensorAsked(key, static_cast<uint8_t>(dtype), shape, DeviceToAbi(device));
       void* data = o.alloc(o.alloc_ctx, &e);
       // NULL is memory enough for a tensor without elements.
       const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
@@ -214,33 +222,20 @@ Status LoadEntries(const char* path, const ckfmt_entry* entries, size_t n, const
     CKFMT_ASSIGN_OR_RETURN(LoadReport report, reader->Load(&sd, lo));
     return HandOver(sd, report, callers_tensors, o, path);
   }
-  Status refused;
   dist::ShardedLoadOptions so;
   so.load = lo;
-  so.layout = [&](const KeyPath& at, const Shape& global) -> std::optional<Region> {
+  so.layout = [&](const KeyPath& at, const Shape& global) -> Result<std::optional<Region>> {
     const std::string key = FormatKeyPath(at);
-    ckfmt_entry e{};
-    e.key = key.c_str();
-    e.kind = CKFMT_KIND_TENSOR;
-    e.device = -1;
-    e.ndim = static_cast<uint32_t>(global.size());
-    e.shape = global.data();
+    const ckfmt_entry e = TensorAsked(key, 0, global, -1);  // dtype: not asked
     std::vector<uint64_t> offsets(global.size()), lengths(global.size());
     const int rc = o.layout(o.layout_ctx, &e, offsets.data(), lengths.data());
-    if (rc == 0) return std::nullopt;
-    if (rc == 1) return Region::Box(std::move(offsets), std::move(lengths));
-    // A region no tensor has stops the load where regions are checked,
-    // before anything is read; the caller's failure replaces that error.
-    if (refused.ok()) {
-      refused = Status::Aborted(std::string(path) + ": layout returned " + std::to_string(rc) +
-                                " for " + key);
-    }
-    return Region::Flat(UINT64_MAX, 1);
+    if (rc == 0) return std::optional<Region>();
+    if (rc == 1) return std::optional<Region>(Region::Box(std::move(offsets), std::move(lengths)));
+    return Status::Aborted(std::string(path) + ": layout returned " + std::to_string(rc) + " for " +
+                           key);
   };
-  auto report = dist::LoadSharded(*reader, &sd, so);
-  if (!refused.ok()) return refused;
-  if (!report.ok()) return report.status();
-  return HandOver(sd, *report, callers_tensors, o, path);
+  CKFMT_ASSIGN_OR_RETURN(LoadReport report, dist::LoadSharded(*reader, &sd, so));
+  return HandOver(sd, report, callers_tensors, o, path);
 }
 
 ckfmt_load_options DefaultLoadOptions() {

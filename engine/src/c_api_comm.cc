@@ -72,15 +72,14 @@ class CallbackCommunicator final : public dist::Communicator {
   Status GatherV(const void* send, size_t bytes, void* recv, const std::vector<uint64_t>& counts,
                  int root) override {
     CKFMT_RETURN_IF_ERROR(Ready("gatherv", root));
-    if (rank() != root)
-      return Point("gatherv", true, const_cast<void*>(send), bytes, root, kGatherTag);
+    if (rank() != root) return SendTo("gatherv", send, bytes, root, kGatherTag);
     CKFMT_RETURN_IF_ERROR(CheckCounts("gatherv", bytes, counts));
     auto* out = static_cast<uint8_t*>(recv);
     for (int r = 0; r < size(); ++r) {
       if (r == root) {
         if (bytes) std::memcpy(out, send, bytes);
       } else {
-        CKFMT_RETURN_IF_ERROR(Point("gatherv", false, out, counts[r], r, kGatherTag));
+        CKFMT_RETURN_IF_ERROR(RecvFrom("gatherv", out, counts[r], r, kGatherTag));
       }
       out += counts[r];
     }
@@ -95,12 +94,11 @@ class CallbackCommunicator final : public dist::Communicator {
     const uint64_t bytes = dist::SegmentBytes(send);
     if (rank() != root) {
       if (send.size() == 1) {
-        return Point("gather-segments", true, const_cast<void*>(send[0].data), bytes, root,
-                     kGatherSegmentsTag);
+        return SendTo("gather-segments", send[0].data, bytes, root, kGatherSegmentsTag);
       }
       std::vector<uint8_t> packed(bytes);
       dist::CopySegments(send, {Segment{packed.data(), packed.size()}});
-      return Point("gather-segments", true, packed.data(), bytes, root, kGatherSegmentsTag);
+      return SendTo("gather-segments", packed.data(), bytes, root, kGatherSegmentsTag);
     }
     if (recv.size() != static_cast<size_t>(size()) || dist::SegmentBytes(recv[root]) != bytes) {
       return Status::InvalidArgument(
@@ -113,12 +111,11 @@ class CallbackCommunicator final : public dist::Communicator {
       if (r == root) continue;
       if (recv[r].size() == 1) {
         CKFMT_RETURN_IF_ERROR(
-            Point("gather-segments", false, recv[r][0].data, n, r, kGatherSegmentsTag));
+            RecvFrom("gather-segments", recv[r][0].data, n, r, kGatherSegmentsTag));
         continue;
       }
       std::vector<uint8_t> packed(n);
-      CKFMT_RETURN_IF_ERROR(
-          Point("gather-segments", false, packed.data(), n, r, kGatherSegmentsTag));
+      CKFMT_RETURN_IF_ERROR(RecvFrom("gather-segments", packed.data(), n, r, kGatherSegmentsTag));
       dist::CopySegments({ConstSegment{packed.data(), packed.size()}}, recv[r]);
     }
     return Status::OK();
@@ -126,12 +123,12 @@ class CallbackCommunicator final : public dist::Communicator {
 
   Status Send(const void* data, size_t bytes, int dst, int tag) override {
     CKFMT_RETURN_IF_ERROR(CheckTag("send", tag));
-    return Point("send", true, const_cast<void*>(data), bytes, dst, tag);
+    return SendTo("send", data, bytes, dst, tag);
   }
 
   Status Recv(void* data, size_t bytes, int src, int tag) override {
     CKFMT_RETURN_IF_ERROR(CheckTag("recv", tag));
-    return Point("recv", false, data, bytes, src, tag);
+    return RecvFrom("recv", data, bytes, src, tag);
   }
 
   Status AllReduce(int64_t* values, size_t n, ReduceOp op) override {
@@ -165,11 +162,14 @@ class CallbackCommunicator final : public dist::Communicator {
     return Call(op, ops_.all_gather(ops_.ctx, send, bytes, recv));
   }
 
-  Status Point(const char* op, bool sending, void* data, size_t bytes, int peer, int tag) {
-    CKFMT_RETURN_IF_ERROR(Ready(op, peer));
-    if (bytes == 0) return Status::OK();  // both sides know the size: nothing to match
-    return Call(op, sending ? ops_.send(ops_.ctx, data, bytes, peer, tag)
-                            : ops_.recv(ops_.ctx, data, bytes, peer, tag));
+  // Both sides know a message's size: one without bytes is not sent.
+  Status SendTo(const char* op, const void* data, size_t bytes, int dst, int tag) {
+    CKFMT_RETURN_IF_ERROR(Ready(op, dst));
+    return bytes ? Call(op, ops_.send(ops_.ctx, data, bytes, dst, tag)) : Status::OK();
+  }
+  Status RecvFrom(const char* op, void* data, size_t bytes, int src, int tag) {
+    CKFMT_RETURN_IF_ERROR(Ready(op, src));
+    return bytes ? Call(op, ops_.recv(ops_.ctx, data, bytes, src, tag)) : Status::OK();
   }
 
   Status CheckCounts(const char* op, size_t bytes, const std::vector<uint64_t>& counts) const {

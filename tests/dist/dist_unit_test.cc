@@ -88,8 +88,8 @@ TEST(Fsdp2Layout, TorchChunkSemanticsWithShortAndEmptyRanks) {
   EXPECT_EQ(Fsdp2ChunkRegion({10}, 4, 1), Region::Box({3}, {3}));
   EXPECT_EQ(Fsdp2ChunkRegion({0, 4}, 3, 1), Region::Box({0, 0}, {0, 4}));
   auto layout = Fsdp2Layout(4, 1);
-  EXPECT_FALSE(layout(K({"x"}), {}).has_value());  // 0-d: unsharded
-  EXPECT_TRUE(layout(K({"x"}), {8}).has_value());
+  EXPECT_FALSE(layout(K({"x"}), {})->has_value());  // 0-d: unsharded
+  EXPECT_TRUE(layout(K({"x"}), {8})->has_value());
 }
 
 TEST(ShardedState, ExtractRegionBoxAndFlat) {

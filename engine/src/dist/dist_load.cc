@@ -45,7 +45,10 @@ Result<Value> Fresh(const EntryRecord& e, const ShardedLoadOptions& o, const All
     case EntryKind::kTensor: break;
   }
   const std::string where = file + ": " + FormatKeyPath(e.path);
-  std::optional<Region> region = o.layout ? o.layout(e.path, e.shape) : std::nullopt;
+  std::optional<Region> region;
+  if (o.layout) {
+    CKFMT_ASSIGN_OR_RETURN(region, o.layout(e.path, e.shape));
+  }
   if (region) {
     if (Status s = ValidateRegion(*region, e.shape); !s.ok()) {
       return Status::InvalidArgument(where + ": the layout's region: " + s.message());

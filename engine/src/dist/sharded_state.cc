@@ -48,9 +48,13 @@ Result<Value> ShardStateDict(const Value& full, const LayoutFn& layout) {
     } else if (v.is_list()) {
       copy = Value(List{});
     } else if (v.is_tensor() && layout && !v.as_tensor().shard()) {
-      std::optional<Region> region = layout(path, v.as_tensor().shape());
-      if (region) {
-        auto t = ExtractRegion(v.as_tensor(), *region);
+      Result<std::optional<Region>> region = layout(path, v.as_tensor().shape());
+      if (!region.ok()) {
+        status = region.status();
+        return;
+      }
+      if (*region) {
+        auto t = ExtractRegion(v.as_tensor(), **region);
         if (!t.ok()) {
           status = t.status().WithContext(FormatKeyPath(path));
           return;

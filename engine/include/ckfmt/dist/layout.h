@@ -52,6 +52,8 @@ Region Fsdp2ChunkRegion(const Shape& shape, int world_size, int rank);
 // or nullopt for entries that follow no parameter.
 using ParamOf = std::function<std::optional<KeyPath>(const KeyPath& path)>;
 
+// These layouts never fail.
+//
 // FSDP1: an entry following a parameter (per `param_of`; identity if
 // empty) whose shape equals the parameter's gets the rank's flat slice of
 // that parameter; every other entry is unsharded (nullopt).

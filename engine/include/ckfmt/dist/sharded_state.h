@@ -32,9 +32,10 @@
 namespace ckfmt::dist {
 
 // Where a rank's part of the tensor at `path` (of `global_shape`) sits, or
-// nullopt for "this rank holds the whole tensor, unsharded".
+// nullopt for "this rank holds the whole tensor, unsharded"; an error
+// stops what asked (a layout a caller computes may fail).
 using LayoutFn =
-    std::function<std::optional<Region>(const KeyPath& path, const Shape& global_shape)>;
+    std::function<Result<std::optional<Region>>(const KeyPath& path, const Shape& global_shape)>;
 
 // The local shape of a shard holding `region`: a box's lengths, or
 // {length} for a flat range.
