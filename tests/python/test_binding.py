@@ -396,6 +396,25 @@ def save_rank(rank, inboxes, results, path, kwargs, fail_at):
         comm.leave()
 
 
+SPAWN = multiprocessing.get_context("spawn")  # fresh processes: no library state forked
+
+
+def spawn_ranks(target, args_of_rank, ranks=3):
+    """Runs target(*args_of_rank(rank, results)) in `ranks` processes;
+    returns what they put on `results`, sorted, or None if one did not."""
+    results = SPAWN.Queue()
+    procs = [SPAWN.Process(target=target, args=args_of_rank(r, results)) for r in range(ranks)]
+    for p in procs:
+        p.start()
+    try:
+        got = sorted(results.get(timeout=120) for _ in procs)
+    except queue.Empty:
+        got = None
+    for p in procs:
+        p.join(30)
+    return got
+
+
 class DistTest(unittest.TestCase):
     """Three processes save one file through a transport of the test's own."""
 
@@ -407,20 +426,9 @@ class DistTest(unittest.TestCase):
         shutil.rmtree(self.dir)
 
     def save_all(self, fail_at=(-1, -1, -1), **kwargs):
-        ctx = multiprocessing.get_context("spawn")
-        inboxes = [ctx.Queue() for _ in range(3)]
-        results = ctx.Queue()
-        procs = [ctx.Process(target=save_rank,
-                             args=(r, inboxes, results, self.path, kwargs, fail_at[r]))
-                 for r in range(3)]
-        for p in procs:
-            p.start()
-        try:
-            got = sorted(results.get(timeout=120) for _ in procs)
-        except queue.Empty:
-            got = None
-        for p in procs:
-            p.join(30)
+        inboxes = [SPAWN.Queue() for _ in range(3)]
+        got = spawn_ranks(save_rank, lambda r, results: (r, inboxes, results, self.path, kwargs,
+                                                         fail_at[r]))
         self.assertIsNotNone(got, "a rank did not finish")
         return got
 
@@ -638,16 +646,8 @@ class TorchTest(unittest.TestCase):
 
     def run_ranks(self, target, *args):
         """Runs target(rank, init, path, results, *args) in three processes."""
-        ctx = multiprocessing.get_context("spawn")
-        results = ctx.Queue()
         init = "file://" + os.path.join(self.dir, "rendezvous_%d" % len(os.listdir(self.dir)))
-        procs = [ctx.Process(target=target, args=(r, init, self.path, results) + args)
-                 for r in range(3)]
-        for p in procs:
-            p.start()
-        got = sorted(results.get(timeout=120) for _ in procs)
-        for p in procs:
-            p.join(30)
+        got = spawn_ranks(target, lambda r, results: (r, init, self.path, results) + args)
         self.assertEqual(got, [(0, "OK"), (1, "OK"), (2, "OK")])
 
     def save_with_gloo(self, device):

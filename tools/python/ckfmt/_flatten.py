@@ -32,22 +32,29 @@ def _torch():
     return sys.modules.get("torch")
 
 
-def _dtensor_shard(v, text):
-    """A torch DTensor as the Shard of its local tensor (a view of its
-    data, so a load fills the DTensor); None for anything else."""
-    dt = sys.modules.get("torch.distributed.tensor")
-    if dt is None or not isinstance(v, dt.DTensor):
-        return None
+def _dtensor_box(text, shape, mesh, placements):
+    """(offsets, lengths): the box of a tensor of `shape` that this rank
+    holds when laid out over `mesh` by `placements`, as DTensor puts it."""
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
-    for p in v.placements:
+    for p in placements:
         if p.is_partial():
             raise TypeError("%s: a DTensor with a Partial placement holds addends of its "
                             "values, not values; redistribute it first" % text)
         if type(p).__name__ == "_StridedShard":
             raise TypeError("%s: a DTensor with a strided shard placement (%s) holds no box "
                             "of its tensor" % (text, p))
-    _, offsets = compute_local_shape_and_global_offset(v.shape, v.device_mesh, v.placements)
-    return Shard(v.to_local(), tuple(v.shape), offsets=tuple(offsets))
+    lengths, offsets = compute_local_shape_and_global_offset(shape, mesh, placements)
+    return tuple(offsets), tuple(lengths)
+
+
+def _dtensor_shard(v, text):
+    """A torch DTensor as the Shard of its local tensor (a view of its
+    data, so a load fills the DTensor); None for anything else."""
+    dt = sys.modules.get("torch.distributed.tensor")
+    if dt is None or not isinstance(v, dt.DTensor):
+        return None
+    offsets, _ = _dtensor_box(text, tuple(v.shape), v.device_mesh, v.placements)
+    return Shard(v.to_local(), tuple(v.shape), offsets=offsets)
 
 
 def _is_tensor(x):

@@ -10,7 +10,7 @@ import sys
 
 from ._abi import (_ALLOC, _LAYOUT, _ON_ENTRY, _ON_METADATA, BYTES, DICT, DTYPE_NAMES, LIST,
                    MISSING, TENSOR, UNEXPECTED, CkfmtError, _check, _lib, _LoadOptions, _scalar)
-from ._flatten import Shard, _data_ptr, _Flat, _sync_devices, _torch
+from ._flatten import Shard, _data_ptr, _dtensor_box, _Flat, _sync_devices, _torch
 from ._keys import INT_KEY_DICTS, ORDERED_DICTS, TUPLES, _format_path, _parse_path
 
 
@@ -39,9 +39,7 @@ class _Loaded:
                                      "pass device= to match" % (
                                          key, first.device_type,
                                          "cuda:%d" % self.device if self.device >= 0 else "cpu"))
-                from torch.distributed.tensor._utils import \
-                    compute_local_shape_and_global_offset
-                lens, offs = compute_local_shape_and_global_offset(shape, first, second)
+                offs, lens = _dtensor_box(key, shape, first, second)
                 self.shards[key] = ("dtensor", first, tuple(second), shape)
             else:
                 offs, lens = first, second
