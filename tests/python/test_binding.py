@@ -262,6 +262,10 @@ class BindingTest(unittest.TestCase):
         self.assertTrue(same(back["w"].tensor, w[2:4, 3:6].copy()))
         self.assertTrue(same(back["b"], np.ones(3)))
 
+        with self.assertRaisesRegex(ValueError, "w: layout gave a box of 1 offsets and 2 "
+                                                "lengths for a 2-d tensor"):
+            load_numpy(self.path, layout=lambda k, s: ((0,), (1, 1)) if k == "w" else None)
+
         class Refused(Exception):
             pass
 
@@ -706,6 +710,15 @@ class TorchTest(unittest.TestCase):
     @unittest.skipIf(torch is None or not torch.cuda.is_available(), "no GPU")
     def test_a_gpu_mesh_gets_its_optimizer_state_created_on_the_gpu(self):
         self.resume_on_a_mesh("cuda", "nccl")
+
+    def test_placements_that_hold_no_box_are_refused(self):
+        from torch.distributed.tensor import Partial
+        from torch.distributed.tensor.placement_types import _StridedShard
+        from ckfmt._flatten import _dtensor_box
+        for p, words in ((Partial(), "Partial placement"),
+                         (_StridedShard(0, split_factor=2), "strided shard placement")):
+            with self.assertRaisesRegex(TypeError, "m/w: a DTensor with a " + words):
+                _dtensor_box("m/w", (4,), None, [p])
 
     def test_ranks_of_a_gloo_group_save_one_file(self):
         self.save_with_gloo("cpu")
