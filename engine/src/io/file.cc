@@ -125,7 +125,8 @@ int OpenMaybeDirect(const std::string& path, int flags, bool direct, uint32_t* d
 
 Result<File> File::Create(const std::string& path, bool direct) {
   File f;
-  f.fd_ = OpenMaybeDirect(path, O_WRONLY | O_CREAT | O_EXCL, direct, &f.direct_align_);
+  // O_RDWR: a writer may read back what it wrote (the converter does).
+  f.fd_ = OpenMaybeDirect(path, O_RDWR | O_CREAT | O_EXCL, direct, &f.direct_align_);
   if (f.fd_ < 0) return Status::FromErrno(errno, "cannot create " + path);
   f.path_ = path;
   return f;

@@ -42,8 +42,9 @@ class File {
   File& operator=(File&& o) noexcept;
   ~File();
 
-  // Creates `path` exclusively (it must not exist). With `direct`, tries
-  // O_DIRECT and falls back to buffered I/O where the file system refuses.
+  // Creates `path` exclusively (it must not exist), open for reading and
+  // writing. With `direct`, tries O_DIRECT and falls back to buffered I/O
+  // where the file system refuses.
   static Result<File> Create(const std::string& path, bool direct);
   static Result<File> OpenRead(const std::string& path, bool direct);
   // Opens an existing `path` for writing (no create, no truncate): for a

@@ -7,14 +7,15 @@
 #include <string>
 
 #include "ckfmt/status.h"
+#include "io/file.h"
 
 namespace ckfmt::convert {
 
 class InputFile {
  public:
+  // Refuses what is not a regular file (a FIFO without waiting for a writer).
   static Result<std::shared_ptr<InputFile>> Open(const std::string& path);
-  ~InputFile();
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_->path(); }
   uint64_t size() const { return size_; }
   // Reads exactly `n` bytes at `offset`; a short file is Corruption naming
   // `what` (e.g. the zip record).
@@ -28,13 +29,11 @@ class InputFile {
                                                                const std::string& what);
 
  private:
-  InputFile(std::string path, int fd, uint64_t size)
-      : path_(std::move(path)), fd_(fd), size_(size) {}
-  std::string path_;
-  int fd_;
+  InputFile(std::shared_ptr<const File> file, uint64_t size)
+      : file_(std::move(file)), size_(size) {}
+  std::shared_ptr<const File> file_;  // shared with the copies WithRegionInMemory makes
   uint64_t size_;
-  std::shared_ptr<InputFile> owner_;  // set: fd_ is the owner's
-  std::string region_;                // bytes from region_offset_ on
+  std::string region_;  // bytes from region_offset_ on
   uint64_t region_offset_ = 0;
 };
 
@@ -50,10 +49,10 @@ class OutputFile {
   const std::string& path() const { return path_; }
 
  private:
-  OutputFile(std::string path, std::string tmp, int fd)
-      : path_(std::move(path)), tmp_(std::move(tmp)), fd_(fd) {}
+  OutputFile(std::string path, std::string tmp, File file)
+      : path_(std::move(path)), tmp_(std::move(tmp)), file_(std::move(file)) {}
   std::string path_, tmp_;
-  int fd_;
+  File file_;
   bool done_ = false;
 };
 
