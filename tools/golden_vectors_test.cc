@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "ckfmt/describe.h"
 #include "ckfmt/verify.h"
 #include "inspect.h"
 #include "util/file_util.h"
@@ -73,7 +74,7 @@ TEST_P(GoldenVectorTest, Verifies) {
 
 TEST_P(GoldenVectorTest, InspectJsonMatches) {
   const std::string label = GetParam().name + ".ckfmt";
-  auto json = InspectJson(File().string(), label);
+  auto json = DescribeFileJson(File().string(), label);
   ASSERT_TRUE(json.ok()) << json.status().ToString();
   const std::string want = ReadAll(Json());
   ASSERT_FALSE(want.empty()) << Json() << " is missing or empty";

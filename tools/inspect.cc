@@ -20,10 +20,7 @@ struct Opened {
 Result<Opened> Open(const std::string& path, const std::string& label) {
   Opened o;
   CKFMT_ASSIGN_OR_RETURN(o.reader, CheckpointReader::Open(path));
-  // The reader has checked that header and footer name the same version.
-  o.info.version = FileHeader{o.reader->footer().major, o.reader->footer().minor};
-  o.info.file = label;
-  o.info.file_size = o.reader->file_size();
+  o.info = DescribeFileInfo(*o.reader, label);
   return o;
 }
 
@@ -113,12 +110,6 @@ std::string ErrorLine(const std::string& file, const Status& status) {
     }
   }
   return EscapeControlCharacters(file + ": " + status.ToString());
-}
-
-Result<std::string> InspectJson(const std::string& path, const std::string& label,
-                                const std::optional<KeyPath>& prefix) {
-  CKFMT_ASSIGN_OR_RETURN(Opened o, Open(path, label));
-  return DumpJson(DescribeIndex(o.reader->index(), o.info, prefix));
 }
 
 std::string InspectText(const IndexRecord& index, const FileInfo& info,

@@ -17,11 +17,6 @@ struct InspectOptions {
   std::optional<std::string> prefix;  // FormatKeyPath syntax
 };
 
-// Opens `path` (fully validating it) and returns the inspect JSON document
-// exactly as `ckfmt inspect --json` prints it, with "file" set to `label`.
-Result<std::string> InspectJson(const std::string& path, const std::string& label,
-                                const std::optional<KeyPath>& prefix = std::nullopt);
-
 // The human-readable listing.
 std::string InspectText(const IndexRecord& index, const FileInfo& info,
                         const std::optional<KeyPath>& prefix);

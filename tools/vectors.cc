@@ -7,6 +7,7 @@
 #include <fstream>
 #include <limits>
 
+#include "ckfmt/describe.h"
 #include "ckfmt/writer.h"
 #include "inspect.h"
 
@@ -388,7 +389,7 @@ Status WriteGoldenVectors(const std::string& dir) {
     const std::string file = v.name + ".ckfmt";
     const std::string path = dir + "/" + file;
     CKFMT_RETURN_IF_ERROR(WriteGoldenVector(v.name, path).WithContext(v.name));
-    CKFMT_ASSIGN_OR_RETURN(std::string json, InspectJson(path, file));
+    CKFMT_ASSIGN_OR_RETURN(std::string json, DescribeFileJson(path, file));
     const std::string json_path = dir + "/" + v.name + ".inspect.json";
     std::ofstream out(json_path, std::ios::binary | std::ios::trunc);
     out << json;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "c_api_state.h"
+#include "ckfmt/describe.h"
 #include "ckfmt/dist/dist_load.h"
 #include "ckfmt/reader.h"
 #include "ckfmt/verify.h"
@@ -290,6 +291,21 @@ extern "C" int ckfmt_list_entries(const char* path, ckfmt_entry_fn on_entry, voi
         return Status::Aborted(std::string(path) + ": on_entry returned " + std::to_string(rc) +
                                " for " + key);
       }
+    }
+    return Status::OK();
+  });
+}
+
+extern "C" int ckfmt_describe_json(const char* path, const char* prefix, ckfmt_text_fn on_json,
+                                   void* ctx, char* err, size_t err_cap) {
+  return Guarded(err, err_cap, [&]() -> Status {
+    CKFMT_RETURN_IF_ERROR(RequirePath(path));
+    if (!on_json) return Status::InvalidArgument("ckfmt_describe_json: on_json is NULL");
+    std::optional<KeyPath> filter;
+    if (prefix) filter = ParseKeyPath(prefix);
+    CKFMT_ASSIGN_OR_RETURN(std::string json, DescribeFileJson(path, path, filter));
+    if (int rc = on_json(ctx, json.data(), json.size()); rc != 0) {
+      return Status::Aborted(std::string(path) + ": on_json returned " + std::to_string(rc));
     }
     return Status::OK();
   });

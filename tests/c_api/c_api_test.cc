@@ -17,7 +17,7 @@
 namespace {
 
 // Status codes of ckfmt/status.h, as the ABI returns them.
-constexpr int kInvalidArgument = 1, kCorruption = 3, kMissingKeys = 7;
+constexpr int kInvalidArgument = 1, kCorruption = 3, kMissingKeys = 7, kAborted = 9;
 constexpr uint8_t kF32 = 2, kBF16 = 4, kI64 = 7;
 
 class CApiTest : public ::testing::Test {
@@ -97,12 +97,69 @@ TEST_F(CApiTest, ADamagedFileIsReportedAsCorruption) {
   EXPECT_NE(std::string(err_).find("model"), std::string::npos) << err_;
 }
 
+// ckfmt_describe_json's on_json: appends the document to a std::string.
+int AppendText(void* ctx, const char* text, size_t len) {
+  static_cast<std::string*>(ctx)->append(text, len);
+  return 0;
+}
+
+std::string ReadFile(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+TEST_F(CApiTest, DescribesAFileAsInspectJsonDoes) {
+  // A golden vector saved by 4 ranks in parallel: its world size, save mode,
+  // pieces and saved layouts are all in the document, byte for byte as
+  // `ckfmt inspect --json` prints it ("file" is the path as given).
+  const std::filesystem::path vectors = std::filesystem::path(CKFMT_SOURCE_DIR) / "spec/vectors";
+  std::filesystem::copy_file(vectors / "sharded.ckfmt", dir_ / "sharded.ckfmt");
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir_);
+  std::string json;
+  const int rc =
+      ckfmt_describe_json("sharded.ckfmt", nullptr, AppendText, &json, err_, sizeof err_);
+  std::filesystem::current_path(cwd);
+  ASSERT_EQ(rc, 0) << err_;
+  EXPECT_EQ(json, ReadFile(vectors / "sharded.inspect.json"));
+  EXPECT_NE(json.find("\"world_size\": 4"), std::string::npos);
+  EXPECT_NE(json.find("\"save_mode\": \"parallel\""), std::string::npos);
+
+  // A prefix keeps the entries at or below it, and says so.
+  const std::string file = (dir_ / "sharded.ckfmt").string();
+  json.clear();
+  ASSERT_EQ(ckfmt_describe_json(file.c_str(), "optim/state/[0]", AppendText, &json, err_,
+                                sizeof err_),
+            0)
+      << err_;
+  EXPECT_NE(json.find("\"prefix\": [\n    \"optim\",\n    \"state\",\n    0\n  ]"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"key\": \"optim/state/[0]/exp_avg\""), std::string::npos) << json;
+  EXPECT_EQ(json.find("\"key\": \"model"), std::string::npos) << json;
+
+  // A callback that fails stops it; a damaged index is corruption, nothing handed over.
+  auto refuse = [](void*, const char*, size_t) { return 5; };
+  EXPECT_EQ(ckfmt_describe_json(file.c_str(), nullptr, refuse, nullptr, err_, sizeof err_),
+            kAborted);
+  EXPECT_NE(std::string(err_).find("on_json returned 5"), std::string::npos) << err_;
+  EXPECT_EQ(ckfmt_describe_json(file.c_str(), nullptr, nullptr, nullptr, err_, sizeof err_),
+            kInvalidArgument);
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-20, std::ios::end);  // inside the footer's checksummed bytes
+    f.put('\x5a');
+  }
+  json.clear();
+  EXPECT_EQ(ckfmt_describe_json(file.c_str(), nullptr, AppendText, &json, err_, sizeof err_),
+            kCorruption);
+  EXPECT_NE(std::string(err_).find(file), std::string::npos) << err_;
+  EXPECT_TRUE(json.empty());
+}
+
 TEST_F(CApiTest, WhatCallersGetWrongIsRefusedNamingTheTensor) {
   ASSERT_EQ(Save(Tensors(w_.data(), b_.data(), &step_)), 0) << err_;
-  const std::string good = [&] {
-    std::ifstream f(path_, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-  }();
+  const std::string good = ReadFile(path_);
   auto expect_refused = [&](int rc, const std::string& words) {
     EXPECT_EQ(rc, kInvalidArgument) << err_;
     EXPECT_NE(std::string(err_).find(words), std::string::npos) << err_;
@@ -149,8 +206,7 @@ TEST_F(CApiTest, WhatCallersGetWrongIsRefusedNamingTheTensor) {
       << err_;
 
   // No refused save touched the checkpoint.
-  std::ifstream f(path_, std::ios::binary);
-  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), good);
+  EXPECT_EQ(ReadFile(path_), good);
 }
 
 // The entry points that take a device per tensor, exported by the library

@@ -296,6 +296,37 @@ class BindingTest(unittest.TestCase):
         self.assertEqual(by_key["optim/param_groups/[0]/foreach"].kind, "none")
         self.assertEqual(by_key["flags"].kind, "list")
 
+    def test_inspect_gives_what_the_cli_prints(self):
+        # A golden vector saved by 4 ranks: the document of `ckfmt inspect
+        # --json`, pieces and saved layouts included; "file" is the path given.
+        vectors = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "spec",
+                               "vectors")
+        with open(os.path.join(vectors, "sharded.inspect.json")) as f:
+            want = json.load(f)
+        got = ckfmt.inspect(os.path.join(vectors, "sharded.ckfmt"))
+        self.assertEqual(got["file"], os.path.join(vectors, "sharded.ckfmt"))
+        got["file"] = want["file"]
+        self.assertEqual(got, want)
+        self.assertEqual((got["world_size"], got["save_mode"]), (4, "parallel"))
+        # A prefix as a sequence of keys and indices, or as a key path.
+        for prefix in (["optim", "state", 0], "optim/state/[0]"):
+            part = ckfmt.inspect(os.path.join(vectors, "sharded.ckfmt"), prefix=prefix)
+            self.assertEqual(part["prefix"], ["optim", "state", 0])
+            self.assertTrue(all(e["key"].startswith("optim/state/[0]") for e in part["entries"]))
+            self.assertEqual(part["totals"]["entries"], len(part["entries"]))
+        # A state saved here: stored sizes and chunks, the codec of each.
+        ckfmt.save(self.path, {"w": np.arange(4096, dtype=np.float32)}, codec="zstd")
+        (w,) = ckfmt.inspect(self.path)["entries"]
+        self.assertEqual((w["key"], w["shape"], w["raw_bytes"]), ("w", [4096], 16384))
+        self.assertLess(w["stored_bytes"], 16384)
+        self.assertEqual({c["codec"] for p in w["pieces"] for c in p["chunks"]}, {"zstd"})
+        with open(self.path, "r+b") as f:  # a damaged footer: refused, naming the file
+            f.seek(-20, os.SEEK_END)
+            f.write(b"\x5a")
+        with self.assertRaises(ckfmt.CkfmtError) as e:
+            ckfmt.inspect(self.path)
+        self.assertIn(self.path, str(e.exception))
+
     def test_keys_that_need_escaping(self):
         state = {"a/b": {"[0]": 1, "": 2, '"q': 3, "back\\slash": 4}, "list": [[5], {"x": 6}]}
         ckfmt.save(self.path, state)
@@ -448,11 +479,15 @@ class DistTest(unittest.TestCase):
                 self.assertEqual(back["optim"]["param_groups"][0]["betas"], (0.9, 0.99))
                 self.assertEqual((back["epoch"], back["loader"]), (2, {"seen": 17}))
                 self.assertEqual(ckfmt.describe(self.path)[1]["job"], "dist")
-                tool = os.environ.get("CKFMT_TOOL")
-                if tool:  # the file says how it was made
-                    info = json.loads(subprocess.run([tool, "inspect", "--json", self.path],
-                                                     check=True, capture_output=True).stdout)
-                    self.assertEqual((info["save_mode"], info["world_size"]), (mode, 3))
+                info = ckfmt.inspect(self.path)  # the file says how it was made
+                self.assertEqual((info["save_mode"], info["world_size"]), (mode, 3))
+                # model/w, held by ranks 0 and 1: their pieces (parallel), or
+                # one gathered piece that records how it was sharded.
+                w = next(e for e in info["entries"] if e["key"] == "model/w")
+                pieces = [p["rank"] for p in w["pieces"]]
+                shards = [s["rank"] for s in w["saved_layout"]]
+                self.assertEqual((pieces, shards),
+                                 ([0, 1], []) if mode == "parallel" else ([0], [0, 1]))
                 # A rank of another layout loads its own part.
                 mine = {"model": {"w": ckfmt.Shard(np.zeros((4, 3), np.float32), W.shape,
                                                    offsets=(0, 3))}}

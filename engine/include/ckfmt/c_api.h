@@ -312,6 +312,19 @@ int ckfmt_list_entries(const char* path, ckfmt_entry_fn on_entry, void* entry_ct
                        ckfmt_metadata_fn on_metadata, void* metadata_ctx, char* err,
                        size_t err_cap);
 
+/* What path holds, as the JSON document `ckfmt inspect --json` prints
+ * (spec/INSPECT_JSON.md): format version, writer, world size and save mode,
+ * metadata, every entry with its pieces (rank, region, chunks with codec,
+ * sizes and checksum), partial flag and saved layout, and totals. The index
+ * is verified first, as for a load; no data is read. "file" in it is path.
+ * prefix: NULL for every entry, or a key path as keys are written
+ * ("optim/state/[0]") for the entries at or below it. on_json gets the
+ * document once: len bytes of UTF-8, valid during the call; a nonzero
+ * return is kAborted. */
+typedef int (*ckfmt_text_fn)(void* ctx, const char* text, size_t len);
+int ckfmt_describe_json(const char* path, const char* prefix, ckfmt_text_fn on_json, void* ctx,
+                        char* err, size_t err_cap);
+
 /* Fully verifies a file (as `ckfmt verify`); returns 0 if valid. */
 int ckfmt_verify(const char* path, char* err, size_t err_cap);
 

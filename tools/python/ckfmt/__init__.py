@@ -36,9 +36,9 @@ the build tree beside this file, or the system's library path.
 from ._abi import CkfmtError
 from ._dist import TorchComm
 from ._flatten import Shard
-from ._listing import Entry, describe, verify
+from ._listing import Entry, describe, inspect, verify
 from ._load import load, optimizer_layout
 from ._save import AsyncSaver, save
 
-__all__ = ["save", "load", "describe", "verify", "AsyncSaver", "Shard", "TorchComm",
+__all__ = ["save", "load", "describe", "inspect", "verify", "AsyncSaver", "Shard", "TorchComm",
            "optimizer_layout", "Entry", "CkfmtError"]

@@ -48,6 +48,8 @@ class _Metadata(ctypes.Structure):
 _ALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(_Entry))
 _ON_ENTRY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(_Entry))
 _ON_METADATA = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
+_ON_TEXT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char),
+                            ctypes.c_size_t)
 _LAYOUT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(_Entry),
                            ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64))
 
@@ -118,6 +120,8 @@ def _lib(path=None):
         lib.ckfmt_list_entries.argtypes = [ctypes.c_char_p, _ON_ENTRY, ctypes.c_void_p,
                                            _ON_METADATA, ctypes.c_void_p, ctypes.c_char_p,
                                            ctypes.c_size_t]
+        lib.ckfmt_describe_json.argtypes = [ctypes.c_char_p, ctypes.c_char_p, _ON_TEXT,
+                                            ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
         lib.ckfmt_async_save_entries.argtypes = [
             ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(_Entry), ctypes.c_size_t,
             ctypes.POINTER(_Metadata), ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p,

@@ -1,11 +1,13 @@
-"""describe() and verify(): what a file holds, and whether it is intact."""
+"""describe(), inspect() and verify(): what a file holds, and whether it is intact."""
 
 import collections
 import ctypes
+import json
 import os
 
-from ._abi import (_ON_ENTRY, _ON_METADATA, BOOL, BYTES, DICT, DTYPE_NAMES, FLOAT, INT, LIST,
+from ._abi import (_ON_ENTRY, _ON_METADATA, _ON_TEXT, BOOL, BYTES, DICT, DTYPE_NAMES, FLOAT, INT, LIST,
                    NONE, STRING, TENSOR, _check, _lib, _scalar)
+from ._keys import _format_path
 
 Entry = collections.namedtuple("Entry", "key kind dtype shape nbytes content_type value")
 Entry.__doc__ = """One entry of a file's index, as describe() lists it: key, its key path
@@ -49,6 +51,30 @@ def describe(path, lib=None):
         raise error[0]
     _check(rc, err)
     return entries, metadata
+
+
+def inspect(path, prefix=None, lib=None):
+    """All the index says of `path`, without reading its data: the document
+    `ckfmt inspect --json` prints (spec/INSPECT_JSON.md), as a dict. It has
+    the format "version", "writer", "world_size" and "save_mode" of the save,
+    "metadata", "entries" in the file's order (each with its "key", "kind",
+    and for tensors and bytes "dtype", "shape", "partial", "raw_bytes",
+    "stored_bytes", "pieces" with their rank, region and chunks, and
+    "saved_layout"), and "totals". prefix: only the entries at or below this
+    key path (a str, or a sequence of keys and list indices)."""
+    out = []
+
+    def on_json(_ctx, text, n):
+        out.append(ctypes.string_at(text, n))
+        return 0
+
+    pre = None if prefix is None else (
+        prefix if isinstance(prefix, str) else _format_path(prefix)).encode()
+    err = ctypes.create_string_buffer(4096)
+    rc = _lib(lib).ckfmt_describe_json(os.fsencode(path), pre, _ON_TEXT(on_json), None, err,
+                                       len(err))
+    _check(rc, err)
+    return json.loads(out[0])
 
 
 def verify(path, checksums_only=False, lib=None):

@@ -1,5 +1,6 @@
-// IndexRecord -> JSON, as `ckfmt inspect --json` prints it
-// (spec/INSPECT_JSON.md documents every field).
+// IndexRecord -> JSON, as `ckfmt inspect --json` prints it and
+// DescribeFileJson (ckfmt/describe.h) returns it (spec/INSPECT_JSON.md
+// documents every field). Internal: the CLI builds its outputs from these.
 //
 // Output is deterministic: entries in file order, object keys in a fixed
 // order, no absolute paths or times. Golden files compare byte for byte.
@@ -14,7 +15,7 @@
 #include "ckfmt/file_layout.h"
 #include "ckfmt/index.h"
 
-namespace ckfmt::tools {
+namespace ckfmt {
 
 using Json = nlohmann::ordered_json;
 
@@ -42,6 +43,10 @@ Json EntryToJson(const EntryRecord& entry);
 uint64_t EntryRawBytes(const EntryRecord& entry);
 uint64_t EntryChunks(const EntryRecord& entry);
 
+class CheckpointReader;
+// What DescribeIndex shows of the file `reader` has open, named `label`.
+FileInfo DescribeFileInfo(const CheckpointReader& reader, const std::string& label);
+
 // The whole document. With `prefix`, only entries at or below it (totals
 // count those only) and a "prefix" field records the filter.
 Json DescribeIndex(const IndexRecord& index, const FileInfo& info,
@@ -51,4 +56,4 @@ Json DescribeIndex(const IndexRecord& index, const FileInfo& info,
 // replaced by U+FFFD), trailing newline.
 std::string DumpJson(const Json& json);
 
-}  // namespace ckfmt::tools
+}  // namespace ckfmt

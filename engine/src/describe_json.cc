@@ -3,7 +3,10 @@
 #include <cmath>
 #include <cstdio>
 
-namespace ckfmt::tools {
+#include "ckfmt/describe.h"
+#include "ckfmt/reader.h"
+
+namespace ckfmt {
 
 std::string ChecksumHex(uint64_t checksum) {
   char buf[17];
@@ -172,4 +175,19 @@ std::string DumpJson(const Json& json) {
   return json.dump(2, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace) + "\n";
 }
 
-}  // namespace ckfmt::tools
+Result<std::string> DescribeFileJson(const std::string& path, const std::string& label,
+                                     const std::optional<KeyPath>& prefix) {
+  CKFMT_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(path));
+  return DumpJson(DescribeIndex(reader->index(), DescribeFileInfo(*reader, label), prefix));
+}
+
+FileInfo DescribeFileInfo(const CheckpointReader& reader, const std::string& label) {
+  FileInfo info;
+  // The reader has checked that header and footer name the same version.
+  info.version = FileHeader{reader.footer().major, reader.footer().minor};
+  info.file = label;
+  info.file_size = reader.file_size();
+  return info;
+}
+
+}  // namespace ckfmt
