@@ -1,6 +1,7 @@
 // Fuzz target: a whole ckfmt file through the reader: open (layout, footer,
 // index), load into an empty state dict (every entry reconstructed), load
-// again in place into the tensors that load made, and full verification
+// again in place into the tensors that load made, read a box and a flat
+// range of every entry with data (as a resharding load does), and full verification
 // (then without decoding, which must pass wherever the full one does).
 // Before writing the input out, the harness recomputes the index and
 // footer checksums where the footer locates an index, so
@@ -17,8 +18,10 @@
 #include <vector>
 
 #include "ckfmt/checksum.h"
+#include "ckfmt/dtype.h"
 #include "ckfmt/file_layout.h"
 #include "ckfmt/reader.h"
+#include "ckfmt/region.h"
 #include "ckfmt/verify.h"
 #include "fuzz_util.h"
 
@@ -38,6 +41,33 @@ void FixChecksums(std::vector<uint8_t>& f) {
 // A load allocates the tensors the index declares; a larger input is not
 // loaded (opening and verifying it still run).
 constexpr uint64_t kMaxLoadBytes = 64ull << 20;
+
+// Reads the upper half of every dimension of each entry with data, and its
+// middle third as a flat range: regions that cut across the file's pieces
+// and chunks, as a load on another layout reads them.
+void ReadRegions(ckfmt::CheckpointReader& reader) {
+  std::vector<uint8_t> dst;
+  for (const auto& e : reader.index().entries) {
+    if (!e.HasData()) continue;
+    const size_t elem = ckfmt::DTypeSize(e.dtype);
+    if (elem == 0) continue;
+    std::vector<uint64_t> offsets, lengths;
+    for (uint64_t d : e.shape) {
+      offsets.push_back(d / 2);
+      lengths.push_back(d - d / 2);
+    }
+    auto n = ckfmt::NumElements(e.shape);
+    if (!n.ok()) continue;
+    const ckfmt::Region regions[] = {ckfmt::Region::Box(offsets, lengths),
+                                     ckfmt::Region::Flat(*n / 3, *n / 3)};
+    for (const ckfmt::Region& r : regions) {
+      const uint64_t elems = r.NumElements();
+      if (elems > kMaxLoadBytes / elem) continue;
+      dst.assign(elems * elem, 0);
+      (void)reader.ReadRegion(e.path, r, dst.data());
+    }
+  }
+}
 
 }  // namespace
 
@@ -61,6 +91,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       // tensors exist (kinds, dtypes, shapes checked against the file).
       if ((*reader)->Load(&state).ok()) (void)(*reader)->Load(&state);
     }
+    ReadRegions(**reader);
   }
   ckfmt::VerifyOptions vo;
   vo.io.direct_io = false;
