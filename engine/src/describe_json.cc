@@ -65,7 +65,7 @@ Json FloatToJson(double v) {
   return v;
 }
 
-Json ScalarValue(const EntryRecord& e) {
+Json ScalarToJson(const EntryRecord& e) {
   switch (e.kind) {
     case EntryKind::kInt: return e.int_value;
     case EntryKind::kFloat: return FloatToJson(e.float_value);
@@ -97,7 +97,7 @@ Json EntryToJson(const EntryRecord& e) {
   out["key"] = FormatKeyPath(e.path);
   out["kind"] = std::string(EntryKindName(e.kind));
   if (!e.HasData()) {
-    if (!e.IsContainer()) out["value"] = ScalarValue(e);
+    if (!e.IsContainer()) out["value"] = ScalarToJson(e);
     return out;
   }
   if (e.kind == EntryKind::kBytes) out["content_type"] = e.content_type;
