@@ -3,7 +3,6 @@
 // a background failure is returned once and leaves no file, a busy saver
 // told not to wait refuses, and what callers get wrong is refused.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "ckfmt/c_api.h"
+#include "util/temp_dir.h"
 
 namespace {
 
@@ -21,17 +21,7 @@ constexpr uint8_t kF32 = 2;
 
 class CApiAsyncTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("ckfmt_c_api_async_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override {
-    ckfmt_async_saver_free(saver_);
-    std::filesystem::remove_all(dir_);
-  }
+  void TearDown() override { ckfmt_async_saver_free(saver_); }
   void NewSaver(const ckfmt_async_options* options = nullptr) {
     ASSERT_EQ(ckfmt_async_saver_new(options, &saver_, err_, sizeof err_), 0) << err_;
     ASSERT_NE(saver_, nullptr);
@@ -79,7 +69,8 @@ class CApiAsyncTest : public ::testing::Test {
     return {w, step};
   }
 
-  std::filesystem::path dir_;
+  ckfmt_test::ScopedTempDir tmp_;  // removed after TearDown
+  std::filesystem::path dir_ = tmp_.path();
   ckfmt_async_saver* saver_ = nullptr;
   uint64_t shape_ = 0;
   char err_[1024] = {};

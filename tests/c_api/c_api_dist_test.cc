@@ -5,7 +5,6 @@
 // one rank refuses, or a transport that fails on one rank, fails every rank
 // and leaves the previous file in place.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <condition_variable>
 #include <cstring>
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "ckfmt/c_api.h"
+#include "util/temp_dir.h"
 
 // After a transport failure the communicator keeps the buffers the
 // transport may still write (ckfmt/dist/communicator.h): leaked on purpose,
@@ -192,18 +192,12 @@ class CApiDistTest : public ::testing::Test {
   static constexpr uint64_t kRows = 6, kCols = 5, kFlat = 10;
 
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("ckfmt_c_api_dist_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
     path_ = (dir_ / "state.ckfmt").string();
     w_.resize(kRows * kCols);
     std::iota(w_.begin(), w_.end(), -7.5f);
     m_.resize(kFlat);
     for (size_t i = 0; i < m_.size(); ++i) m_[i] = 1e-3f * float(i * i);
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
   // Rank r's part: rows [2r, 2r + 2) of w (a box), its slice of m's flat
   // range (uneven: 4, 3, 3 elements), the replicated step, and a value
@@ -305,7 +299,8 @@ class CApiDistTest : public ::testing::Test {
     return std::string(std::istreambuf_iterator<char>(f), {});
   }
 
-  std::filesystem::path dir_;
+  ckfmt_test::ScopedTempDir tmp_;  // removed after TearDown
+  std::filesystem::path dir_ = tmp_.path();
   std::string path_;
   std::vector<float> w_, m_;
 };

@@ -4,7 +4,6 @@
 // (tensors into memory it allocates); the load policies, the callbacks'
 // failures and what C callers get wrong give their status codes.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "ckfmt/c_api.h"
+#include "util/temp_dir.h"
 
 namespace {
 
@@ -105,16 +105,10 @@ struct Sink {
 class CApiStateTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("ckfmt_c_api_state_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
     path_ = (dir_ / "state.ckfmt").string();
     for (size_t i = 0; i < w_.size(); ++i) w_[i] = 0.5f * float(i) - 2.0f;
     for (size_t i = 0; i < m_.size(); ++i) m_[i] = uint16_t(0x3c00 + 13 * i);
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
   static ckfmt_entry Tensor(const char* key, uint8_t dtype, uint32_t ndim, const uint64_t* shape,
                             void* data) {
@@ -195,7 +189,8 @@ class CApiStateTest : public ::testing::Test {
     return std::string(std::istreambuf_iterator<char>(f), {});
   }
 
-  std::filesystem::path dir_;
+  ckfmt_test::ScopedTempDir tmp_;  // removed after TearDown
+  std::filesystem::path dir_ = tmp_.path();
   std::string path_;
   std::vector<float> w_ = std::vector<float>(6);
   std::vector<uint16_t> m_ = std::vector<uint16_t>(5);

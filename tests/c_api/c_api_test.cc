@@ -1,11 +1,10 @@
 // The C ABI as a binding sees it: this test links only libckfmt.so and
-// includes only ckfmt/c_api.h. Round trips, corruption reports, and the
+// includes only ckfmt/c_api.h (and test helpers of the standard library alone). Round trips, corruption reports, and the
 // refusal of what C callers get wrong (NULL pointers, unknown dtypes, a key
 // given twice), each with its status code and a message naming the tensor.
 #include "ckfmt/c_api.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
@@ -13,6 +12,9 @@
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include "util/file_util.h"
+#include "util/temp_dir.h"
 
 namespace {
 
@@ -23,16 +25,10 @@ constexpr uint8_t kF32 = 2, kBF16 = 4, kI64 = 7;
 class CApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("ckfmt_c_api_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
     path_ = (dir_ / "state.ckfmt").string();
     for (size_t i = 0; i < w_.size(); ++i) w_[i] = 0.25f * float(i) - 1.0f;
     for (size_t i = 0; i < b_.size(); ++i) b_[i] = uint16_t(0x3f80 + 7 * i);
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
   // model/w: f32 [2, 3]; model/layers/[0]/b: bf16 [5]; step: i64 scalar.
   std::vector<ckfmt_tensor> Tensors(void* w, void* b, void* step) {
@@ -44,7 +40,8 @@ class CApiTest : public ::testing::Test {
     return ckfmt_save_tensors(path_.c_str(), t.data(), t.size(), codec, err_, sizeof err_);
   }
 
-  std::filesystem::path dir_;
+  ckfmt_test::ScopedTempDir tmp_;  // removed after TearDown
+  std::filesystem::path dir_ = tmp_.path();
   std::string path_;
   std::vector<float> w_ = std::vector<float>(6);
   std::vector<uint16_t> b_ = std::vector<uint16_t>(5);
@@ -103,11 +100,6 @@ int AppendText(void* ctx, const char* text, size_t len) {
   return 0;
 }
 
-std::string ReadFile(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
 TEST_F(CApiTest, DescribesAFileAsInspectJsonDoes) {
   // A golden vector saved by 4 ranks in parallel: its world size, save mode,
   // pieces and saved layouts are all in the document, byte for byte as
@@ -121,7 +113,7 @@ TEST_F(CApiTest, DescribesAFileAsInspectJsonDoes) {
       ckfmt_describe_json("sharded.ckfmt", nullptr, AppendText, &json, err_, sizeof err_);
   std::filesystem::current_path(cwd);
   ASSERT_EQ(rc, 0) << err_;
-  EXPECT_EQ(json, ReadFile(vectors / "sharded.inspect.json"));
+  EXPECT_EQ(json, ckfmt_test::ReadFileBytes(vectors / "sharded.inspect.json"));
   EXPECT_NE(json.find("\"world_size\": 4"), std::string::npos);
   EXPECT_NE(json.find("\"save_mode\": \"parallel\""), std::string::npos);
 
@@ -159,7 +151,7 @@ TEST_F(CApiTest, DescribesAFileAsInspectJsonDoes) {
 
 TEST_F(CApiTest, WhatCallersGetWrongIsRefusedNamingTheTensor) {
   ASSERT_EQ(Save(Tensors(w_.data(), b_.data(), &step_)), 0) << err_;
-  const std::string good = ReadFile(path_);
+  const std::string good = ckfmt_test::ReadFileBytes(path_);
   auto expect_refused = [&](int rc, const std::string& words) {
     EXPECT_EQ(rc, kInvalidArgument) << err_;
     EXPECT_NE(std::string(err_).find(words), std::string::npos) << err_;
@@ -206,7 +198,7 @@ TEST_F(CApiTest, WhatCallersGetWrongIsRefusedNamingTheTensor) {
       << err_;
 
   // No refused save touched the checkpoint.
-  EXPECT_EQ(ReadFile(path_), good);
+  EXPECT_EQ(ckfmt_test::ReadFileBytes(path_), good);
 }
 
 // The entry points that take a device per tensor, exported by the library

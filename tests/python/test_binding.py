@@ -77,7 +77,10 @@ def load_numpy(*args, **kwargs):
     return ckfmt.load(*args, tensor_type="numpy", **kwargs)
 
 
-class BindingTest(unittest.TestCase):
+class ScratchDirTest(unittest.TestCase):
+    """A fresh directory per test (self.dir), removed after it; self.path is
+    state.ckfmt in it."""
+
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="ckfmt_binding_")
         self.path = os.path.join(self.dir, "state.ckfmt")
@@ -85,6 +88,8 @@ class BindingTest(unittest.TestCase):
     def tearDown(self):
         shutil.rmtree(self.dir)
 
+
+class BindingTest(ScratchDirTest):
     def test_every_kind_round_trips(self):
         for codec in ("none", "zstd", "byteplane-zstd"):
             with self.subTest(codec=codec):
@@ -450,15 +455,8 @@ def spawn_ranks(target, args_of_rank, ranks=3):
     return got
 
 
-class DistTest(unittest.TestCase):
+class DistTest(ScratchDirTest):
     """Three processes save one file through a transport of the test's own."""
-
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="ckfmt_binding_dist_")
-        self.path = os.path.join(self.dir, "state.ckfmt")
-
-    def tearDown(self):
-        shutil.rmtree(self.dir)
 
     def save_all(self, fail_at=(-1, -1, -1), **kwargs):
         inboxes = [SPAWN.Queue() for _ in range(3)]
@@ -603,14 +601,7 @@ def dtensor_rank(rank, init, path, results):
 
 
 @unittest.skipIf(torch is None, "torch is not installed")
-class TorchTest(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="ckfmt_binding_torch_")
-        self.path = os.path.join(self.dir, "state.ckfmt")
-
-    def tearDown(self):
-        shutil.rmtree(self.dir)
-
+class TorchTest(ScratchDirTest):
     def make(self, seed, device="cpu"):
         torch.manual_seed(seed)
         model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
