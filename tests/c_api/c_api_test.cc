@@ -1,5 +1,6 @@
-// The C ABI as a binding sees it: this test links only libckfmt.so and
-// includes only ckfmt/c_api.h (and test helpers of the standard library alone). Round trips, corruption reports, and the
+// The C ABI as a binding sees it: this test links only libckfmt.so of
+// ckfmt and includes only ckfmt/c_api.h (beside test helpers of the
+// standard library alone). Round trips, corruption reports, and the
 // refusal of what C callers get wrong (NULL pointers, unknown dtypes, a key
 // given twice), each with its status code and a message naming the tensor.
 #include "ckfmt/c_api.h"
@@ -120,9 +121,8 @@ TEST_F(CApiTest, DescribesAFileAsInspectJsonDoes) {
   // A prefix keeps the entries at or below it, and says so.
   const std::string file = (dir_ / "sharded.ckfmt").string();
   json.clear();
-  ASSERT_EQ(ckfmt_describe_json(file.c_str(), "optim/state/[0]", AppendText, &json, err_,
-                                sizeof err_),
-            0)
+  ASSERT_EQ(
+      ckfmt_describe_json(file.c_str(), "optim/state/[0]", AppendText, &json, err_, sizeof err_), 0)
       << err_;
   EXPECT_NE(json.find("\"prefix\": [\n    \"optim\",\n    \"state\",\n    0\n  ]"),
             std::string::npos)
