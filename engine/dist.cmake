@@ -9,6 +9,7 @@ set(CKFMT_DIST_DIR ${CMAKE_CURRENT_LIST_DIR}/src/dist)
 target_sources(ckfmt_engine PRIVATE
   ${CKFMT_DIST_DIR}/buckets.cc
   ${CKFMT_DIST_DIR}/communicator.cc
+  ${CKFMT_DIST_DIR}/device_sends.cc
   ${CKFMT_DIST_DIR}/dist_load.cc
   ${CKFMT_DIST_DIR}/dist_save.cc
   ${CKFMT_DIST_DIR}/flattened_save.cc

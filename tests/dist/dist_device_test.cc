@@ -18,6 +18,7 @@
 #include "dist_test_util.h"
 #include "gpu/device_test_util.h"
 #include "sim_device_comm.h"
+#include "util/file_util.h"
 
 namespace {
 
@@ -118,17 +119,50 @@ TEST_F(DistDeviceSave, AFailedCopyForAReplicaChecksumNamesTheKey) {
   EXPECT_TRUE(fs::is_empty(dir_));
 }
 
-TEST_F(DistDeviceSave, GpuTensorsWithoutADeviceCommunicatorAreRefused) {
-  Value local = ckfmt_test::ToDevice(ops(), MakeFullState(5), 0, IsCounter);
+// Without a device communicator, GPU tensors on any device are copied to
+// pinned host memory a bucket at a time and gathered with the host ones:
+// the file is the one a save of the same state from host memory writes.
+TEST_F(DistDeviceSave, WithoutADeviceCommunicatorGpuTensorsGoThroughHostMemory) {
+  for (LayoutKind kind : {LayoutKind::kFsdp1, LayoutKind::kFsdp2}) {
+    SCOPED_TRACE(LayoutName(kind));
+    Value full = MakeFullState(5);
+    auto host = ShardStateDict(full, MakeLayout(kind, full, 1, 0));
+    ASSERT_TRUE(host.ok()) << host.status().ToString();
+    // The model on cuda:1, the optimizer state on cuda:0, counters on the host.
+    Value local = ckfmt_test::ToDevice(ops(), *host, 0, IsCounter);
+    local.as_dict().Set("model",
+                        ckfmt_test::ToDevice(ops(), *host->as_dict().Find("model"), 1, IsCounter));
+    SingleCommunicator comm;
+    const std::string name = LayoutName(kind);
+    ASSERT_TRUE(DistSave(comm, File(name + ".host"), *host, Small(nullptr)).ok());
+    const uint64_t copies = ops().copies();
+    auto stats = DistSave(comm, File(name), local, Small(nullptr));
+    ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+    EXPECT_GT(ops().copies(), copies);
+    EXPECT_EQ(stats->device_gather_bytes, 0u);
+    EXPECT_GT(stats->gpu_send_staging_bytes, 0u);
+    EXPECT_LE(stats->gpu_send_staging_bytes, 512u / 2);  // one bucket
+    EXPECT_EQ(ckfmt_test::ReadFileBytes(File(name)),
+              ckfmt_test::ReadFileBytes(File(name + ".host")));
+    EXPECT_TRUE(FileHoldsFull(File(name), full));
+  }
+}
+
+TEST_F(DistDeviceSave, AFailedCopyToHostMemoryNamesTheKeyAndLeavesTheOldFile) {
+  Value local = ckfmt_test::ToDevice(ops(), MakeFullState(15), 0, IsCounter);
   SingleCommunicator comm;
+  ASSERT_TRUE(DistSave(comm, File("ck"), local, Small(nullptr)).ok());
+  const std::string before = ckfmt_test::ReadFileBytes(File("ck"));
+  ops().FailCopiesFrom(ops().copies() + 1);
   auto stats = DistSave(comm, File("ck"), local, Small(nullptr));
-  ASSERT_EQ(stats.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(stats.status().message().find("model/embed.weight"), std::string::npos)
+  ops().FailCopiesFrom(0);
+  ASSERT_FALSE(stats.ok());
+  EXPECT_NE(stats.status().message().find("copying model/embed.weight on cuda:0 to host memory"),
+            std::string::npos)
       << stats.status().ToString();
-  EXPECT_NE(stats.status().message().find("device_comm"), std::string::npos);
-  EXPECT_NE(stats.status().message().find("the parallel mode writes them"), std::string::npos);
-  EXPECT_FALSE(fs::exists(File("ck")));
-  EXPECT_TRUE(fs::is_empty(dir_));
+  EXPECT_NE(stats.status().message().find("injected copy failure"), std::string::npos);
+  EXPECT_EQ(ckfmt_test::ReadFileBytes(File("ck")), before);
+  EXPECT_EQ(ListDir(dir_), std::vector<std::string>{"ck"});
 }
 
 TEST_F(DistDeviceSave, TensorsOnAnotherDeviceAreRefused) {

@@ -537,6 +537,33 @@ TEST_F(DistDevice, ShardsSplitBetweenGpuAndHostAreRefused) {
   }
 }
 
+// Without a device communicator, the flattened mode sends GPU shards over
+// the host communicator: each rank copies what it sends to pinned host
+// memory, a bucket at a time. Shards may then sit on any GPU or on the
+// host: here odd ranks use cuda:1 and the last rank keeps its on the host.
+TEST_F(DistDevice, FlattenedSaveWithoutADeviceCommunicatorSendsGpuShardsThroughHostMemory) {
+  for (LayoutKind kind : {LayoutKind::kFsdp1, LayoutKind::kFsdp2, LayoutKind::kGrid2D}) {
+    if (!GridFits(kind, world)) continue;
+    SCOPED_TRACE(LayoutName(kind));
+    Value full = MakeFullState(26);
+    auto host = ShardStateDict(full, MakeLayout(kind, full, world, rank));
+    ASSERT_TRUE(host.ok());
+    const bool on_host = world > 1 && rank == world - 1;
+    Value local = on_host ? *host : ckfmt_test::ToDevice(ops, *host, rank % 2, IsCounter);
+    DistSaveOptions o = SmallOptions(SaveMode::kFlattened);
+    auto s = DistSave(*comm, File(LayoutName(kind)), local, o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ(s->device_gather_bytes, 0u);
+    EXPECT_EQ(s->gpu_send_staging_bytes > 0, !on_host);
+    EXPECT_LE(s->gpu_send_staging_bytes, o.memory_budget / 2);
+    ASSERT_TRUE(comm->Barrier().ok());
+    Value loaded{Dict{}};
+    ASSERT_TRUE(Load(File(LayoutName(kind)), &loaded).ok());
+    EXPECT_TRUE(MatchesFull(loaded, full, true));
+    ASSERT_TRUE(comm->Barrier().ok());
+  }
+}
+
 // The parallel mode writes each rank's GPU shards from its own device, with
 // no device communicator, and a tensor's shards may be split between GPUs
 // and the host: here the last rank keeps its shards on the host.

@@ -505,7 +505,7 @@ class DistTest(ScratchDirTest):
         self.assertEqual(os.listdir(self.dir), ["state.ckfmt"])
 
 
-def torch_save_rank(rank, init, path, results, device):
+def torch_save_rank(rank, init, path, results, device, mode):
     import torch.distributed as dist
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=3)
     try:
@@ -526,10 +526,11 @@ def torch_save_rank(rank, init, path, results, device):
         assert theirs[0] == 10 + (rank + 2) % 3, theirs
         if device == "cpu":
             # A small budget: rank 0 gathers bucket by bucket, through gloo sends.
-            ckfmt.save(path, rank_state(rank, torch.from_numpy), comm=comm, memory_budget=64)
-        else:  # every rank writes its GPU shards into the file itself
+            ckfmt.save(path, rank_state(rank, torch.from_numpy), comm=comm, mode=mode,
+                       memory_budget=64)
+        else:  # GPU shards: sent through host memory (flattened), or written by each rank
             ckfmt.save(path, rank_state(rank, lambda a: torch.from_numpy(a).to(device)),
-                       comm=comm, mode="parallel", codec="byteplane-zstd")
+                       comm=comm, mode=mode, codec="byteplane-zstd", memory_budget=64)
         results.put((rank, "OK"))
     except Exception as e:
         results.put((rank, repr(e)))
@@ -680,8 +681,8 @@ class TorchTest(ScratchDirTest):
         got = spawn_ranks(target, lambda r, results: (r, init, self.path, results) + args)
         self.assertEqual(got, [(0, "OK"), (1, "OK"), (2, "OK")])
 
-    def save_with_gloo(self, device):
-        self.run_ranks(torch_save_rank, device)
+    def save_with_gloo(self, device, mode):
+        self.run_ranks(torch_save_rank, device, mode)
         back = ckfmt.load(self.path)
         self.assertTrue(torch.equal(back["model"]["w"], torch.from_numpy(W)))
         self.assertTrue(torch.equal(back["optim"]["state"][0]["m"], torch.from_numpy(M)))
@@ -747,11 +748,15 @@ class TorchTest(ScratchDirTest):
                 _dtensor_box("m/w", (4,), None, [p])
 
     def test_ranks_of_a_gloo_group_save_one_file(self):
-        self.save_with_gloo("cpu")
+        self.save_with_gloo("cpu", "flattened")
 
     @unittest.skipIf(torch is None or not torch.cuda.is_available(), "no GPU")
     def test_ranks_save_their_gpu_shards_in_parallel(self):
-        self.save_with_gloo("cuda:0")
+        self.save_with_gloo("cuda:0", "parallel")
+
+    @unittest.skipIf(torch is None or not torch.cuda.is_available(), "no GPU")
+    def test_rank_0_gathers_gpu_shards_sent_through_host_memory(self):
+        self.save_with_gloo("cuda:0", "flattened")
 
     @unittest.skipIf(torch is None or not torch.cuda.is_available(), "no GPU")
     def test_gpu_tensors_round_trip_and_are_created_on_the_gpu(self):

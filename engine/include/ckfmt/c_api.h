@@ -203,9 +203,10 @@ void ckfmt_comm_free(ckfmt_comm* comm);
 #define CKFMT_DIST_PARALLEL 1  /* every rank writes its own part into it */
 
 typedef struct ckfmt_dist_options {
-  int mode;               /* CKFMT_DIST_*. FLATTENED takes host tensors only;
-                             PARALLEL also GPU tensors, and needs a file
-                             system every rank shares */
+  int mode;               /* CKFMT_DIST_*. FLATTENED sends GPU tensors
+                             through pinned host memory (one bucket);
+                             PARALLEL needs a file system every rank
+                             shares */
   uint64_t memory_budget; /* FLATTENED: most gathered bytes rank 0 holds at
                              once; 0: 512 MiB */
   int check_contents;     /* nonzero: entries that several ranks hold whole

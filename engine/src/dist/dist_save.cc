@@ -48,12 +48,11 @@ Status AgreeOnPlan(SaveContext& ctx) {
   std::vector<LocalEntry> described;
   if (local.ok()) {
     // The flattened mode gathers GPU tensors over the device communicator,
-    // from its device; in the parallel mode each rank writes its own.
+    // from its device, or without one through host memory, from any; in
+    // the parallel mode each rank writes its own.
     const Communicator* dc = ctx.options.device_comm;
     GpuTensorPolicy gpu;
-    if (ctx.options.mode == SaveMode::kParallel) {
-      gpu.allow = GpuTensorPolicy::Allow::kAny;
-    } else if (dc) {
+    if (ctx.options.mode == SaveMode::kFlattened && dc) {
       gpu = {GpuTensorPolicy::Allow::kOneDevice, dc->device()};
     }
     auto d = DescribeLocalState(ctx.local_state, ctx.rank(),
@@ -78,8 +77,9 @@ Status AgreeOnPlan(SaveContext& ctx) {
       }
     }
     if (local.ok()) {
-      auto merged = MergePlans(per_rank, ctx.options.replica_check, ctx.path,
-                               /*one_memory_space=*/ctx.options.mode == SaveMode::kFlattened);
+      const bool device_gathers =
+          ctx.options.mode == SaveMode::kFlattened && ctx.options.device_comm;
+      auto merged = MergePlans(per_rank, ctx.options.replica_check, ctx.path, device_gathers);
       if (merged.ok()) {
         ctx.plan = std::move(*merged);
         plan_bytes = EncodeGlobalPlan(ctx.plan);

@@ -12,6 +12,9 @@
 // communicator into a pair of GPU buffers on rank 0 and written from there
 // device -> pinned staging slot -> disk; host entries keep host buffers.
 // A bucket may hold both: each kind sits at its offset in its own buffer.
+// Without a device communicator every entry is gathered in host memory:
+// each rank copies the GPU data it sends in a bucket into pinned host
+// memory first (DeviceSendStaging).
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -21,6 +24,7 @@
 #include "ckfmt/log.h"
 #include "buckets.h"
 #include "device/device_ops.h"
+#include "device_sends.h"
 #include "save_internal.h"
 #include "scalar_value.h"
 
@@ -206,22 +210,44 @@ Extents BucketExtents(const GlobalPlan& plan, const Bucket& bucket) {
 
 // This rank's contribution to `bucket` in one memory space (`device`: its
 // GPU entries, else its host ones): the runs of its owned regions that
-// fall into each slice, in op order and source order.
-std::vector<ConstSegment> SendSegments(const SaveContext& ctx, const Bucket& bucket, bool device,
-                                       uint64_t* bytes) {
-  std::vector<ConstSegment> segs;
+// fall into each slice, in op order and source order. GPU data bound for
+// host memory (no device communicator) goes through `staging`, one slice
+// at a time, so that a failed copy names its key.
+Status SendSegments(const SaveContext& ctx, const Bucket& bucket, bool device,
+                    DeviceSendStaging* staging, std::vector<ConstSegment>* segs, uint64_t* bytes) {
+  segs->clear();
+  std::vector<ConstSegment> runs;
   for (const WriteOp& op : bucket.ops) {
     if (!op.data || !ctx.local_data[op.entry]) continue;
     const PlanEntry& e = ctx.plan.entries[op.entry];
     if (e.on_device != device) continue;
     const uint64_t es = e.ElementSize();
     const uint8_t* base = ctx.local_data[op.entry];
+    runs.clear();
     ForEachOverlap(e.shape, *ctx.local_region[op.entry], op.region, [&](const Run& r) {
-      segs.push_back({base + r.src_offset * es, r.count * es});
+      runs.push_back({base + r.src_offset * es, r.count * es});
       *bytes += r.count * es;
     });
+    const Device where = ctx.local_device[op.entry];
+    if (!device && where.type != DeviceType::kCPU) {
+      CKFMT_RETURN_IF_ERROR(
+          staging->Stage(where, &runs, FormatKeyPath(e.path) + " on " + DeviceName(where)));
+    }
+    segs->insert(segs->end(), runs.begin(), runs.end());
   }
-  return segs;
+  return Status::OK();
+}
+
+// The most bytes of GPU data this rank sends in one bucket over the host
+// communicator: a rank's runs in a bucket are disjoint parts of its slices.
+uint64_t DeviceSendCapacity(const SaveContext& ctx, uint64_t host_extent) {
+  uint64_t held = 0;
+  for (size_t i = 0; i < ctx.plan.entries.size(); ++i) {
+    const PlanEntry& e = ctx.plan.entries[i];
+    if (!ctx.local_data[i] || e.on_device || ctx.local_device[i].type == DeviceType::kCPU) continue;
+    held += ctx.local_region[i]->NumElements() * e.ElementSize();
+  }
+  return std::min(held, host_extent);
 }
 
 // Where every rank's contribution in one memory space lands in rank 0's
@@ -290,6 +316,7 @@ Status FlattenedSave(SaveContext& ctx) {
   GatherBuffer buffers[2] = {GatherBuffer(comm), GatherBuffer(comm)};
   DeviceGatherBuffer device_buffers[2] = {DeviceGatherBuffer(device_comm, device),
                                           DeviceGatherBuffer(device_comm, device)};
+  DeviceSendStaging send_staging(comm, DeviceSendCapacity(ctx, max_extent.host));
   std::unique_ptr<BucketWriter> bucket_writer;
   if (ctx.root()) bucket_writer = std::make_unique<BucketWriter>(*writer, ctx.plan, device);
   auto fail = [&](Status s) {
@@ -320,6 +347,14 @@ Status FlattenedSave(SaveContext& ctx) {
       local = dbuf.Reserve(max_extent.device);
       ctx.stats.device_gather_bytes = device_buffers[0].size() + device_buffers[1].size();
     }
+    // What goes over `comm`, GPU data without a device communicator copied
+    // to host memory first: a failed copy stops everyone too.
+    auto t_gather = Clock::now();
+    uint64_t sent = 0;
+    std::vector<ConstSegment> send;
+    send_staging.NewBucket();
+    if (local.ok()) local = SendSegments(ctx, bucket, false, &send_staging, &send, &sent);
+    ctx.stats.gpu_send_staging_bytes = send_staging.allocated();
     // Everyone is ready (and rank 0's writer has not failed) before data moves.
     if (Status s = comm.AgreeOnStatus(local, "bucket " + std::to_string(k) + " of " + ctx.path);
         !s.ok()) {
@@ -327,14 +362,12 @@ Status FlattenedSave(SaveContext& ctx) {
     }
     // Host entries over `comm`, GPU entries over the device communicator,
     // each straight into place in rank 0's buffer of its memory space.
-    uint64_t sent = 0;
-    std::vector<ConstSegment> send = SendSegments(ctx, bucket, false, &sent);
     std::vector<std::vector<Segment>> recv;
     if (ctx.root()) recv = RecvSegments(ctx, bucket, false, buf.data());
-    auto t_gather = Clock::now();
     Status gathered = comm.GatherSegments(send, recv, 0);
     if (gathered.ok() && has_device_data) {
-      send = SendSegments(ctx, bucket, true, &sent);
+      // Cannot fail: data gathered on the GPU is sent from where it is.
+      (void)SendSegments(ctx, bucket, true, nullptr, &send, &sent);
       recv.clear();
       if (ctx.root()) recv = RecvSegments(ctx, bucket, true, dbuf.data());
       gathered = device_comm->GatherSegments(send, recv, 0);

@@ -78,12 +78,6 @@ Result<std::vector<LocalEntry>> DescribeLocalState(const Value& state, int rank,
         const Tensor& t = v.as_tensor();
         const bool on_device = t.device().type != DeviceType::kCPU;
         using Allow = GpuTensorPolicy::Allow;
-        if (on_device && gpu.allow == Allow::kNone) {
-          return fail("is on " + DeviceName(t.device()) +
-                      ": the flattened mode gathers GPU tensors over a device communicator "
-                      "(DistSaveOptions::device_comm), and none was given; the parallel mode "
-                      "writes them from each rank without one");
-        }
         if (on_device && gpu.allow == Allow::kOneDevice && t.device().index != gpu.device) {
           return fail("is on " + DeviceName(t.device()) + " but the device communicator is on " +
                       DeviceName(Device{DeviceType::kCUDA, gpu.device}));
@@ -244,7 +238,7 @@ bool SameScalar(const PlanEntry& a, const LocalEntry& b) {
 
 Result<GlobalPlan> MergePlans(const std::vector<std::vector<LocalEntry>>& per_rank,
                               ReplicaCheck check, const std::string& file,
-                              bool one_memory_space) {
+                              bool device_gathers) {
   std::vector<Merging> merged;
   std::vector<size_t> top;  // children of the root
   std::map<KeyPath, size_t> pos;
@@ -323,7 +317,7 @@ Result<GlobalPlan> MergePlans(const std::vector<std::vector<LocalEntry>>& per_ra
       if (!m.mismatch.empty()) error(p.path, m.mismatch);
       const Source& first = p.layout.front();
       p.owners = {{first.rank, Region::Whole(p.shape), first.on_device}};
-      p.on_device = first.on_device;
+      p.on_device = device_gathers && first.on_device;
       p.layout.clear();
       p.sharded = false;
       continue;
@@ -334,17 +328,19 @@ Result<GlobalPlan> MergePlans(const std::vector<std::vector<LocalEntry>>& per_ra
       for (const Source& o : p.owners) dup = dup || o.region == s.region;
       if (!dup) p.owners.push_back(s);
     }
-    // One gather per memory space: a tensor's owners all hold it on their
-    // GPUs or all on the host.
-    p.on_device = !p.owners.empty() && p.owners.front().on_device;
+    // One gather per memory space: gathered over a device communicator, a
+    // tensor's owners all hold it on their GPUs or all on the host.
+    const bool first_on_device = !p.owners.empty() && p.owners.front().on_device;
+    p.on_device = device_gathers && first_on_device;
     auto other = std::find_if(p.owners.begin(), p.owners.end(),
-                              [&](const Source& o) { return o.on_device != p.on_device; });
-    if (one_memory_space && other != p.owners.end()) {
+                              [&](const Source& o) { return o.on_device != first_on_device; });
+    if (device_gathers && other != p.owners.end()) {
       error(p.path, "rank " + std::to_string(p.owners.front().rank) + " holds its shard on " +
                         (p.on_device ? "a GPU" : "the host") + ", rank " +
                         std::to_string(other->rank) + " on " +
                         (other->on_device ? "a GPU" : "the host") +
-                        " (a tensor's shards must all be on GPUs or all on the host)");
+                        " (gathered over a device communicator, a tensor's shards must all be "
+                        "on GPUs or all on the host)");
     }
     EntryRecord probe;
     probe.path = p.path;

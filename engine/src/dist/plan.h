@@ -31,11 +31,10 @@ struct LocalEntry {
   Device device;               // local only: where `data` is
 };
 
-// Which GPU tensors a rank may pass (DescribeLocalState): none, those on
-// one CUDA device (the device communicator's), or any (the parallel mode,
-// where each rank writes its own).
+// Which GPU tensors a rank may pass (DescribeLocalState): any, or those on
+// one CUDA device (the flattened mode's device communicator's).
 struct GpuTensorPolicy {
-  enum class Allow : uint8_t { kNone, kOneDevice, kAny } allow = Allow::kNone;
+  enum class Allow : uint8_t { kAny, kOneDevice } allow = Allow::kAny;
   int device = -1;  // kOneDevice
 };
 
@@ -67,7 +66,7 @@ struct PlanEntry {
   bool sharded = false;
   std::vector<Source> layout;  // sharded: every holding rank's region, by rank
   std::vector<Source> owners;  // data entries: disjoint, covering the tensor once
-  bool on_device = false;      // the owners hold it on their GPUs (flattened: all or none)
+  bool on_device = false;      // gathered into GPU memory (MergePlans' device_gathers)
 
   bool HasData() const { return kind == EntryKind::kTensor || kind == EntryKind::kBytes; }
   uint64_t ElementSize() const { return DTypeSize(dtype); }
@@ -81,12 +80,13 @@ struct GlobalPlan {
 // Merges every rank's local plan (indexed by rank) into the global plan:
 // union of the entries in order of first appearance (rank 0 first), kinds,
 // dtypes and shapes checked across ranks, replicated entries owned by the
-// lowest rank, shards deduplicated and checked to tile each tensor. With
-// `one_memory_space`, a tensor's owners must all hold it on GPUs or all on
-// the host (the flattened mode gathers each tensor over one communicator).
+// lowest rank, shards deduplicated and checked to tile each tensor.
+// `device_gathers`: the flattened mode with a device communicator, which
+// gathers a tensor held on GPUs into GPU memory over it. Then a tensor's
+// owners must all hold it on GPUs or all on the host, and on_device says
+// which. Otherwise on_device stays false.
 Result<GlobalPlan> MergePlans(const std::vector<std::vector<LocalEntry>>& per_rank,
-                              ReplicaCheck check, const std::string& file,
-                              bool one_memory_space = true);
+                              ReplicaCheck check, const std::string& file, bool device_gathers);
 
 std::string EncodeGlobalPlan(const GlobalPlan& plan);
 Result<GlobalPlan> DecodeGlobalPlan(const std::string& bytes);

@@ -37,10 +37,11 @@ def save(path, state, codec="none", metadata=None, lib=None, comm=None, mode="fl
     of a tensor, and the ranks' parts must cover it; everything else is
     written once, from the lowest rank that has it (ranks holding the same
     key must agree on its kind, dtype and shape, and with check_contents on
-    its contents). mode: "flattened" (rank 0 gathers and writes; host
-    tensors only, rank 0 holding at most memory_budget bytes of gathered
-    data, 0: 512 MiB) or "parallel" (every rank writes its own part: GPU
-    tensors too; the directory must be shared). If one rank fails, every
+    its contents). mode: "flattened" (rank 0 gathers and writes, holding
+    at most memory_budget bytes of gathered data, 0: 512 MiB; GPU tensors
+    are copied to pinned host memory a bucket at a time and sent through
+    comm) or "parallel" (every rank writes its own part; the directory
+    must be shared). If one rank fails, every
     rank raises, naming the failing ranks, and nothing appears at `path`.
     Rank 0's metadata and typing (int keys, tuples) are the file's."""
     flat, md, n_md = _for_save(state, metadata)

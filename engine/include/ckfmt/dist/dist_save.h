@@ -13,7 +13,9 @@
 //    gathered in slices (row blocks, or flat ranges when one row is too
 //    large) and written as consecutive pieces of the same entry. The
 //    writer's memory is budget + staging (SaveOptions::io.staging_bytes) +
-//    plan and index; the other ranks send straight from their tensors.
+//    plan and index; the other ranks send straight from their tensors
+//    (GPU tensors without a device communicator: from one bucket of
+//    pinned host memory, see device_comm).
 //  - kParallel: every rank writes its own pieces into the same file at
 //    offsets agreed collectively (all-gather of piece sizes, prefix sums;
 //    each chunk 4096-aligned); rank 0 writes the header and, once every
@@ -80,8 +82,11 @@ struct DistSaveOptions {
   // buckets; the communicator adds scratch of one bucket on every rank) and
   // goes from there device -> pinned staging slot -> disk. Agreement,
   // plans, host tensors and byte blobs stay on `comm`. Either every rank
-  // passes one or none does. nullptr: GPU tensors are refused. kParallel
-  // does not use it (it is still checked when given).
+  // passes one or none does. nullptr: GPU tensors on any device are
+  // gathered over `comm` like host ones, each rank copying what it sends
+  // of a bucket into pinned host memory first (at most memory_budget / 2
+  // bytes per rank). kParallel does not use it (it is still checked when
+  // given).
   Communicator* device_comm = nullptr;
   // Testing only: called on every rank at named points ("plan", "bucket"
   // with the bucket number, "data", "commit"); a non-OK result is that
@@ -99,14 +104,17 @@ struct DistSaveStats {
   uint64_t bucket_bytes = 0;       // kFlattened: capacity of one bucket
   uint64_t peak_gather_bytes = 0;  // kFlattened, rank 0: host gather buffers held
   uint64_t device_gather_bytes = 0;  // kFlattened, rank 0: device gather buffers held
+  // kFlattened without device_comm: pinned host memory this rank held to
+  // send its GPU data from (at most one bucket).
+  uint64_t gpu_send_staging_bytes = 0;
   double seconds = 0;              // wall time of the call on this rank
   std::string io_path;             // how this rank wrote (empty if it wrote nothing)
 };
 
 // Saves the union of every rank's `local_state` to `path`. Collective.
-// REQUIRES: a host communicator; `local_state` a dict of host tensors, and
-// of GPU tensors in kParallel or where options.device_comm is given; all
-// ranks pass the same path and options (rank 0's are used where they
+// REQUIRES: a host communicator; `local_state` a dict of host and GPU
+// tensors (with options.device_comm in kFlattened, GPU tensors on its
+// device only); all ranks pass the same path and options (rank 0's are used where they
 // differ). Returns the same status on every rank that survives.
 Result<DistSaveStats> DistSave(Communicator& comm, const std::string& path,
                                const Value& local_state, const DistSaveOptions& options = {});
