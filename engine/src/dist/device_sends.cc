@@ -5,8 +5,9 @@
 namespace ckfmt::dist {
 
 DeviceSendStaging::~DeviceSendStaging() {
-  device_.reset();  // waits for queued copies, unpins
-  if (comm_.broken() && !buffer_.empty()) new std::vector<AlignedBuffer>(std::move(buffer_));
+  device_.reset();  // waits for queued copies
+  pin_.Clear();
+  if (comm_.broken() && buffer_.size() > 0) new AlignedBuffer(std::move(buffer_));
 }
 
 Status DeviceSendStaging::Stage(Device device, std::vector<ConstSegment>* segs,
@@ -23,20 +24,24 @@ Status DeviceSendStaging::Stage(Device device, std::vector<ConstSegment>* segs,
     if (!staging.ok()) return staging.status().WithContext(what);
     device_ = std::move(*staging);
   }
-  if (buffer_.empty()) {
+  if (buffer_.size() == 0) {
     try {
-      buffer_.emplace_back(capacity_);
+      buffer_ = AlignedBuffer(capacity_);
     } catch (const std::bad_alloc&) {
       return Status::IOError("cannot allocate " + std::to_string(capacity_) +
                              " bytes of host memory to send GPU tensors from");
     }
     // Pinned, so that the copies are DMA transfers straight into it.
-    CKFMT_RETURN_IF_ERROR(device_->PinSlots(buffer_));
+    if (Status s = pin_.Add(device_->ops(), buffer_.data(), buffer_.size()); !s.ok()) {
+      buffer_ = AlignedBuffer();
+      return s.WithContext("pinning " + std::to_string(capacity_) +
+                           " bytes of host memory to send GPU tensors from");
+    }
   }
   CKFMT_ASSIGN_OR_RETURN(DeviceStream * stream, device_->Stream(device));
   Status s;
   for (ConstSegment& seg : *segs) {
-    uint8_t* dst = buffer_[0].data() + used_;
+    uint8_t* dst = buffer_.data() + used_;
     s = stream->CopyToHost(dst, seg.data, seg.size);
     if (!s.ok()) break;
     seg.data = dst;

@@ -12,6 +12,7 @@
 
 #include "ckfmt/dist/communicator.h"
 #include "device/device_staging.h"
+#include "io/file.h"
 
 namespace ckfmt::dist {
 
@@ -38,15 +39,15 @@ class DeviceSendStaging {
   Status Stage(Device device, std::vector<ConstSegment>* segs, const std::string& what);
 
   // Host bytes held.
-  uint64_t allocated() const { return buffer_.empty() ? 0 : buffer_[0].size(); }
+  uint64_t allocated() const { return buffer_.size(); }
 
  private:
   const Communicator& comm_;
   const uint64_t capacity_;
   uint64_t used_ = 0;
-  std::vector<AlignedBuffer> buffer_;      // one, once allocated
-  std::unique_ptr<DeviceStaging> device_;  // backend, streams, the pin; last:
-                                           // unpins before the buffer goes
+  AlignedBuffer buffer_;                   // empty until the first Stage()
+  std::unique_ptr<DeviceStaging> device_;  // the backend and its streams
+  PinnedRanges pin_;                       // buffer_
 };
 
 }  // namespace ckfmt::dist
