@@ -12,6 +12,9 @@
 //   - the parallel DistSave of the same GPU state as one rank (each rank
 //     writes its own shards device -> pinned staging slot -> disk; no
 //     device communicator), against the same bound;
+//   - the flattened DistSave of the same GPU state as one rank without a
+//     device communicator (copied to pinned host memory a bucket at a
+//     time, gathered and written from host memory), against the same bound;
 //   - with NCCL: the flattened DistSave of the same GPU state through a
 //     one-rank NCCL communicator (gathered into device buffers, written
 //     device -> pinned staging slot -> disk), against the same bound.
@@ -169,6 +172,7 @@ int main(int argc, char** argv) {
   const std::string raw_path = dir + "/gpu_bench.raw";
   const std::string path = dir + "/gpu_bench.ckfmt";
   std::vector<double> raw_w, raw_r, save, load, blocked, blocked_ratio, dist_save, parallel_save;
+  std::vector<double> host_dist_save;
   std::vector<double> budget_blocked, budget_ratio;
   RawIo rawio;
   ckfmt::dist::SingleCommunicator bootstrap;
@@ -202,6 +206,10 @@ int main(int argc, char** argv) {
     Check(ckfmt::dist::DistSave(bootstrap, path, state, dist_options).status(), "DistSave");
     dist_save.push_back(bytes / kGiB / Since(t));
 #endif
+    ::unlink(path.c_str());
+    t = Clock::now();
+    Check(ckfmt::dist::DistSave(bootstrap, path, state).status(), "DistSave through host memory");
+    host_dist_save.push_back(bytes / kGiB / Since(t));
     ::unlink(path.c_str());
     ckfmt::dist::DistSaveOptions parallel_options;
     parallel_options.mode = ckfmt::dist::SaveMode::kParallel;
@@ -268,6 +276,10 @@ int main(int argc, char** argv) {
                 Rate(dist_save).c_str(), Median(dist_save) / bound_save,
                 Spread(Paired(dist_save, raw_w, Median(d2h))).c_str());
   }
+  std::printf("DistSave GPU->host memory->file (1 rank, flattened, no device communicator) %s = "
+              "%.2f of min(D2H, raw write); paired %s\n",
+              Rate(host_dist_save).c_str(), Median(host_dist_save) / bound_save,
+              Spread(Paired(host_dist_save, raw_w, Median(d2h))).c_str());
   std::printf("DistSave GPU->file, parallel (1 rank) %s = %.2f of min(D2H, raw write); paired %s\n",
               Rate(parallel_save).c_str(), Median(parallel_save) / bound_save,
               Spread(Paired(parallel_save, raw_w, Median(d2h))).c_str());
