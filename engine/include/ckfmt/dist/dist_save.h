@@ -114,8 +114,9 @@ struct DistSaveStats {
 // Saves the union of every rank's `local_state` to `path`. Collective.
 // REQUIRES: a host communicator; `local_state` a dict of host and GPU
 // tensors (with options.device_comm in kFlattened, GPU tensors on its
-// device only); all ranks pass the same path and options (rank 0's are used where they
-// differ). Returns the same status on every rank that survives.
+// device only); all ranks pass the same path and options (rank 0's are
+// used where they differ). Returns the same status on every rank that
+// survives.
 Result<DistSaveStats> DistSave(Communicator& comm, const std::string& path,
                                const Value& local_state, const DistSaveOptions& options = {});
 
