@@ -2,7 +2,8 @@
 // ckfmt_load_device_tensors; the whole-state and async functions): on the
 // simulated device a mixed host/GPU state round-trips bitwise, an async
 // save snapshots device memory and a load creates tensors on the device, and its file verifies and
-// loads into host memory as a host save's would; a bad device number is refused naming the tensor;
+// loads into host memory as a host save's would; a flattened distributed save through the ABI's
+// communicator takes GPU tensors; a bad device number is refused naming the tensor;
 // without a GPU a GPU tensor is refused saying why; with a real GPU (CUDA build), device pointers
 // round-trip. Compiles engine/src/c_api.cc in, so the simulated backend it installs is the one the
 // ABI uses.
@@ -16,6 +17,7 @@
 
 #include "ckfmt/c_api.h"
 #include "gpu/device_test_util.h"
+#include "util/file_util.h"
 
 #ifdef CKFMT_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -194,6 +196,73 @@ TEST_F(CApiSimulatedDevice, ADeviceBelowMinusOneIsRefusedNamingTheTensor) {
   EXPECT_EQ(
       ckfmt_load_device_tensors(path.c_str(), t.data(), t.size(), devices, 1, err_, sizeof err_),
       kInvalidArgument);
+}
+
+// One rank's transport for ckfmt_comm_new: a gather of itself, and no
+// peers to send to.
+ckfmt_comm_ops OneRankTransport() {
+  ckfmt_comm_ops ops{};
+  ops.size = 1;
+  ops.all_gather = [](void*, const void* send, uint64_t bytes, void* recv) {
+    if (bytes) std::memcpy(recv, send, bytes);
+    return 0;
+  };
+  ops.broadcast = [](void*, void*, uint64_t, int) { return 0; };
+  ops.send = [](void*, const void*, uint64_t, int, int) { return 1; };
+  ops.recv = [](void*, void*, uint64_t, int, int) { return 1; };
+  return ops;
+}
+
+// What a Python job on gloo does: a flattened save through the C ABI's
+// communicator, with GPU tensors and no device communicator. They go
+// through host memory, and the file is byte for byte a host save's.
+TEST_F(CApiSimulatedDevice, AFlattenedDistSaveTakesGpuTensors) {
+  State src = State::Made();
+  void* w_dev = OnDevice(1, src.w.data(), src.w_bytes());
+  void* b_dev = OnDevice(0, src.b.data(), src.b_bytes());
+  auto entries_at = [&](void* w, void* b, bool on_device) {
+    std::vector<ckfmt_entry> entries(3);
+    const auto tensors = src.Tensors(w, b);
+    for (size_t i = 0; i < 3; ++i) {
+      ckfmt_entry& e = entries[i];
+      e.key = tensors[i].key;
+      e.kind = CKFMT_KIND_TENSOR;
+      e.dtype = tensors[i].dtype;
+      e.ndim = tensors[i].ndim;
+      e.shape = tensors[i].shape;
+      e.data = tensors[i].data;
+      e.device = on_device && i < 2 ? int32_t(1 - i) : -1;  // w on cuda:1, b on cuda:0
+    }
+    return entries;
+  };
+  const ckfmt_comm_ops transport = OneRankTransport();
+  ckfmt_comm* comm = nullptr;
+  ASSERT_EQ(ckfmt_comm_new(&transport, &comm, err_, sizeof err_), 0) << err_;
+  ckfmt_dist_options o{};
+  o.mode = CKFMT_DIST_FLATTENED;
+  o.memory_budget = 4096;  // several buckets
+  const std::string gpu_path = TempPath("gpu.ckfmt"), host_path = TempPath("host.ckfmt");
+  const auto gpu = entries_at(w_dev, b_dev, true);
+  const auto host = entries_at(src.w.data(), src.b.data(), false);
+  const uint64_t copies = ops().copies();
+  ASSERT_EQ(ckfmt_dist_save_entries(comm, gpu_path.c_str(), gpu.data(), gpu.size(), nullptr, 0,
+                                    "byteplane-zstd", &o, err_, sizeof err_),
+            0)
+      << err_;
+  EXPECT_GT(ops().copies(), copies);
+  ASSERT_EQ(ckfmt_dist_save_entries(comm, host_path.c_str(), host.data(), host.size(), nullptr, 0,
+                                    "byteplane-zstd", &o, err_, sizeof err_),
+            0)
+      << err_;
+  ckfmt_comm_free(comm);
+  EXPECT_EQ(ckfmt_test::ReadFileBytes(gpu_path), ckfmt_test::ReadFileBytes(host_path));
+  State back;
+  auto into = back.Tensors(back.w.data(), back.b.data());
+  ASSERT_EQ(ckfmt_load_tensors(gpu_path.c_str(), into.data(), into.size(), 1, err_, sizeof err_), 0)
+      << err_;
+  EXPECT_EQ(back.w, src.w);
+  EXPECT_EQ(back.b, src.b);
+  EXPECT_EQ(back.step, src.step);
 }
 
 // The backends a build has, without the simulated one: without a GPU, a
