@@ -349,12 +349,13 @@ Status FlattenedSave(SaveContext& ctx) {
     }
     // What goes over `comm`, GPU data without a device communicator copied
     // to host memory first: a failed copy stops everyone too.
-    auto t_gather = Clock::now();
+    const auto t_stage = Clock::now();
     uint64_t sent = 0;
     std::vector<ConstSegment> send;
     send_staging.NewBucket();
     if (local.ok()) local = SendSegments(ctx, bucket, false, &send_staging, &send, &sent);
     ctx.stats.gpu_send_staging_bytes = send_staging.allocated();
+    gather_s += since(t_stage);
     // Everyone is ready (and rank 0's writer has not failed) before data moves.
     if (Status s = comm.AgreeOnStatus(local, "bucket " + std::to_string(k) + " of " + ctx.path);
         !s.ok()) {
@@ -364,6 +365,7 @@ Status FlattenedSave(SaveContext& ctx) {
     // each straight into place in rank 0's buffer of its memory space.
     std::vector<std::vector<Segment>> recv;
     if (ctx.root()) recv = RecvSegments(ctx, bucket, false, buf.data());
+    auto t_gather = Clock::now();
     Status gathered = comm.GatherSegments(send, recv, 0);
     if (gathered.ok() && has_device_data) {
       // Cannot fail: data gathered on the GPU is sent from where it is.
