@@ -357,12 +357,15 @@ Status CheckpointWriter::Impl::AddTensorPiece(const KeyPath& path, DType dtype, 
     auto check = [&](const uint8_t* b, size_t n, uint64_t base) {
       const uint8_t* bad = std::find_if(b, b + n, [](uint8_t v) { return v > 1; });
       if (bad == b + n) return Status::OK();
-      return Status::InvalidArgument(where + ": bool element " + std::to_string(base + (bad - b)) +
+      return Status::InvalidArgument("bool element " + std::to_string(base + (bad - b)) +
                                      " is the byte " + std::to_string(*bad) + ", expected 0 or 1");
     };
-    // Device bool tensors (masks, rare and small) are checked in a bounce buffer.
-    CKFMT_RETURN_IF_ERROR(stream ? device_->ForEachHostPiece(device, data, region.NumElements(), check)
-                                 : check(static_cast<const uint8_t*>(data), region.NumElements(), 0));
+    // Device bool tensors (masks, rare and small) are checked in a bounce
+    // buffer; a failed copy or pin there names the tensor too.
+    Status checked = stream ? device_->ForEachHostPiece(device, data, region.NumElements(), check)
+                                  .WithContext(DeviceName(device))
+                            : check(static_cast<const uint8_t*>(data), region.NumElements(), 0);
+    CKFMT_RETURN_IF_ERROR(checked.WithContext(where));
   }
   if (stream) CKFMT_RETURN_IF_ERROR(FlushChunks());  // device batches stay per piece
   stream_ = stream;

@@ -165,6 +165,56 @@ TEST_F(DistDeviceSave, AFailedCopyToHostMemoryNamesTheKeyAndLeavesTheOldFile) {
   EXPECT_EQ(ListDir(dir_), std::vector<std::string>{"ck"});
 }
 
+// Pinning host memory fails as cudaHostRegister does under a memory lock
+// limit. With each pin a save takes failing in turn: the error says so,
+// nothing stays pinned, the old file stays byte for byte with no
+// temporary beside it, and the save works once pinning does.
+TEST_F(DistDeviceSave, EveryFailedPinLeavesTheOldFile) {
+  Value full = MakeFullState(16);
+  auto host = ShardStateDict(full, MakeLayout(LayoutKind::kFsdp2, full, 1, 0));
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  Value local = ckfmt_test::ToDevice(ops(), *host, 0, IsCounter);
+  SingleCommunicator comm;
+  SimulatedDeviceComm device_comm(comm, ops(), 0);
+  struct Case {
+    const char* name;
+    Communicator* device_comm;
+    SaveMode mode;
+    Codec codec;
+  };
+  for (const Case& c :
+       {Case{"flattened through host memory", nullptr, SaveMode::kFlattened, Codec::kBytePlaneZstd},
+        Case{"flattened over the device communicator", &device_comm, SaveMode::kFlattened,
+             Codec::kNone},
+        Case{"parallel", nullptr, SaveMode::kParallel, Codec::kBytePlaneZstd}}) {
+    SCOPED_TRACE(c.name);
+    const std::string path = File("ck");
+    ASSERT_TRUE(DistSave(comm, path, MakeFullState(17), Small(nullptr)).ok());
+    const std::string before = ckfmt_test::ReadFileBytes(path);
+    DistSaveOptions o = Small(c.device_comm);
+    o.mode = c.mode;
+    o.save.codec = c.codec;
+    int failures = 0;
+    for (uint64_t k = 1; k <= 64; ++k) {
+      ops().FailPinsFrom(ops().pins() + k);
+      auto stats = DistSave(comm, path, local, o);
+      ops().FailPinsFrom(0);
+      if (stats.ok()) break;
+      ++failures;
+      SCOPED_TRACE("pin " + std::to_string(k) + " failing");
+      EXPECT_NE(stats.status().message().find("injected pin failure"), std::string::npos)
+          << stats.status().ToString();
+      EXPECT_NE(stats.status().message().find(path), std::string::npos)
+          << stats.status().ToString();
+      EXPECT_EQ(ops().pinned_ranges(), 0u);
+      EXPECT_EQ(ckfmt_test::ReadFileBytes(path), before);
+      EXPECT_EQ(ListDir(dir_), std::vector<std::string>{"ck"});
+    }
+    EXPECT_GE(failures, 1);
+    EXPECT_TRUE(FileHoldsFull(path, full));
+  }
+}
+
 TEST_F(DistDeviceSave, TensorsOnAnotherDeviceAreRefused) {
   Value local = ckfmt_test::ToDevice(ops(), MakeFullState(6), 1, IsCounter);
   SingleCommunicator comm;

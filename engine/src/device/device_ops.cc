@@ -71,7 +71,9 @@ Result<PinnedPool::Lease> PinnedPool::Acquire() {
       return Status::IOError("cannot allocate a " + std::to_string(size_) +
                              "-byte pinned bounce buffer");
     }
-    CKFMT_RETURN_IF_ERROR(pins_.Add(ops_, buf->data(), buf->size()));
+    CKFMT_RETURN_IF_ERROR(
+        pins_.Add(ops_, buf->data(), buf->size())
+            .WithContext("pinning a " + std::to_string(size_) + "-byte bounce buffer"));
     free_.push_back(buffers_.size());
     buffers_.push_back(std::move(buf));
   }

@@ -104,6 +104,11 @@ Result<std::unique_ptr<DeviceStream>> SimulatedDeviceOps::NewStream(int device) 
 
 Status SimulatedDeviceOps::Pin(void* p, size_t n) {
   std::lock_guard<std::mutex> l(mu_);
+  const uint64_t k = ++pins_;
+  if (fail_pins_from_ != 0 && k >= fail_pins_from_) {
+    return Status::IOError("injected pin failure (pin " + std::to_string(k) + " of " +
+                           std::to_string(n) + " bytes)");
+  }
   auto addr = reinterpret_cast<uintptr_t>(p);
   auto it = pinned_.upper_bound(addr);
   bool overlaps = (it != pinned_.end() && it->first < addr + n) ||

@@ -8,7 +8,8 @@
 //    reusing a source before its copy ran, gives wrong bytes;
 //  - a copy whose host side is not pinned fails (no pageable memory on the
 //    path), as does a copy whose device side is not device memory;
-//  - a copy or an allocation can be made to fail, to test error paths.
+//  - a copy, a pin or an allocation can be made to fail, to test error
+//    paths.
 #pragma once
 
 #include <atomic>
@@ -50,8 +51,13 @@ class SimulatedDeviceOps final : public DeviceOps {
   void set_copy_delay(std::chrono::microseconds d) { options_.copy_delay = d; }
   // While set, every Allocate() fails as a full GPU's would.
   void FailAllocations(bool fail) { fail_allocations_ = fail; }
+  // The pin number `k` (counting from 1) and every later one fail, as
+  // cudaHostRegister does when the host cannot lock more memory; 0
+  // disables.
+  void FailPinsFrom(uint64_t k) { fail_pins_from_ = k; }
 
   uint64_t copies() const { return copies_; }
+  uint64_t pins() const { return pins_; }
   uint64_t bytes_to_host() const { return to_host_; }
   uint64_t bytes_to_device() const { return to_device_; }
   size_t pinned_ranges() const;
@@ -80,6 +86,7 @@ class SimulatedDeviceOps final : public DeviceOps {
   std::map<uintptr_t, size_t> pinned_;  // by host address
   std::string violations_;
   std::atomic<uint64_t> copies_{0}, to_host_{0}, to_device_{0}, fail_from_{0};
+  std::atomic<uint64_t> pins_{0}, fail_pins_from_{0};
   std::atomic<bool> fail_allocations_{false};
 };
 

@@ -124,8 +124,11 @@ Status EncodeDeviceChunks(const SaveContext& ctx, ThreadPool& pool,
   const size_t batch = std::max<size_t>(1, pool.size());
   std::vector<PinnedPool::Lease> bounce;
   for (size_t i = 0; i < batch; ++i) {
-    CKFMT_ASSIGN_OR_RETURN(PinnedPool::Lease lease, staging->Bounce());
-    bounce.push_back(std::move(lease));
+    auto lease = staging->Bounce();
+    if (!lease.ok()) {
+      return lease.status().WithContext("encoding GPU chunks");
+    }
+    bounce.push_back(std::move(*lease));
   }
   for (size_t first = 0; first < chunks.size(); first += batch) {
     const size_t n = std::min(batch, chunks.size() - first);

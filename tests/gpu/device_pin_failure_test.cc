@@ -1,0 +1,151 @@
+// Pinning host memory fails in real jobs (cudaHostRegister under a memory
+// lock limit, or with the host's memory exhausted). Each test makes every
+// pin that one operation takes fail in turn, from the first to the last,
+// on the simulated device, and checks what a user relies on: a clear
+// error naming the file and the cause, the previous checkpoint kept byte
+// for byte, nothing left pinned, and the next attempt working.
+#include <gtest/gtest.h>
+
+#include "ckfmt/async_save.h"
+#include "ckfmt/reader.h"
+#include "ckfmt/writer.h"
+#include "gpu/device_test_util.h"
+#include "util/file_util.h"
+#include "util/temp_dir.h"
+#include "util/value_util.h"
+
+namespace {
+
+using namespace ckfmt;
+using namespace ckfmt_test;
+
+class DevicePinFailure : public SimulatedDeviceTest {
+ protected:
+  // Runs `attempt` with the k-th pin it takes failing, for k = 1, 2, ...
+  // until an attempt succeeds, and hands each failure to `check`. Returns
+  // how many attempts failed.
+  int Sweep(const std::function<Status()>& attempt,
+            const std::function<void(const Status&, uint64_t k)>& check) {
+    int failures = 0;
+    for (uint64_t k = 1; k <= kMaxPins; ++k) {
+      ops().FailPinsFrom(ops().pins() + k);
+      Status s = attempt();
+      ops().FailPinsFrom(0);
+      if (s.ok()) return failures;
+      ++failures;
+      SCOPED_TRACE("pin " + std::to_string(k) + " failing");
+      check(s, k);
+      EXPECT_EQ(ops().pinned_ranges(), 0u) << "host memory left pinned after " << s.ToString();
+    }
+    ADD_FAILURE() << "still failing with the first " << kMaxPins << " pins working";
+    return failures;
+  }
+  static constexpr uint64_t kMaxPins = 64;
+};
+
+// `path` loaded into an empty dict on the host.
+Value LoadFile(const std::string& path) {
+  Value v{Dict{}};
+  auto r = Load(path, &v, {}, SmallReadOptions());
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return v;
+}
+
+void ExpectNames(const Status& s, const std::string& what) {
+  EXPECT_NE(s.message().find(what), std::string::npos) << s.ToString();
+}
+
+TEST_F(DevicePinFailure, SavesKeepThePreviousCheckpoint) {
+  ScopedTempDir dir;
+  const std::string path = dir.File("a.ckfmt");
+  CKFMT_ASSERT_OK(Save(path, MakeRichStateDict(30), SmallSaveOptions()));
+  const std::string before = ReadFileBytes(path);
+  Value host = MakeRichStateDict(31);
+  Value dev = ToDevice(ops(), host, 0);
+  for (Codec codec : {Codec::kNone, Codec::kZstd, Codec::kBytePlaneZstd}) {
+    SCOPED_TRACE(std::string(CodecName(uint8_t(codec))));
+    int failures = Sweep([&] { return Save(path, dev, SmallSaveOptions(codec)).status(); },
+                         [&](const Status& s, uint64_t) {
+                           ExpectNames(s, path);
+                           ExpectNames(s, "injected pin failure");
+                           EXPECT_EQ(ReadFileBytes(path), before);
+                           EXPECT_TRUE(TempNames(dir.List()).empty());
+                         });
+    EXPECT_GE(failures, 1);  // the staging slots at least
+    EXPECT_EQ(DiffValues(LoadFile(path), host), "");
+    CKFMT_ASSERT_OK(Save(path, MakeRichStateDict(30), SmallSaveOptions()));
+  }
+}
+
+TEST_F(DevicePinFailure, LoadsIntoDeviceTensorsFailClearly) {
+  ScopedTempDir dir;
+  const std::string path = dir.File("a.ckfmt");
+  Value host = MakeRichStateDict(32);
+  for (Codec codec : {Codec::kNone, Codec::kBytePlaneZstd}) {
+    SCOPED_TRACE(std::string(CodecName(uint8_t(codec))));
+    CKFMT_ASSERT_OK(Save(path, host, SmallSaveOptions(codec)));
+    Value dev = ToDevice(ops(), ZeroedLike(host), 0);
+    int failures = Sweep([&] { return Load(path, &dev, {}, SmallReadOptions()).status(); },
+                         [&](const Status& s, uint64_t) {
+                           ExpectNames(s, path);
+                           ExpectNames(s, "injected pin failure");
+                         });
+    EXPECT_GE(failures, 1);
+    EXPECT_EQ(DiffValues(ToHost(ops(), dev), host), "");
+  }
+}
+
+TEST_F(DevicePinFailure, ReconstructingOnTheDeviceFailsClearly) {
+  ScopedTempDir dir;
+  const std::string path = dir.File("a.ckfmt");
+  Value host = MakeRichStateDict(33);
+  CKFMT_ASSERT_OK(Save(path, host, SmallSaveOptions(Codec::kZstd)));
+  LoadOptions lo;
+  lo.reconstruct_device = Device{DeviceType::kCUDA, 1};
+  Value v{Dict{}};
+  int failures = Sweep(
+      [&] {
+        v = Value{Dict{}};
+        return Load(path, &v, lo, SmallReadOptions()).status();
+      },
+      [&](const Status& s, uint64_t) {
+        ExpectNames(s, path);
+        ExpectNames(s, "injected pin failure");
+      });
+  EXPECT_GE(failures, 1);
+  EXPECT_EQ(DiffValues(ToHost(ops(), v), host), "");
+}
+
+// The saver reports the failure at the call or at Wait(), never leaves a
+// file at the final name, and its next save works.
+TEST_F(DevicePinFailure, AsyncSavesFailClearlyAndTheSaverRecovers) {
+  ScopedTempDir dir;
+  const std::string path = dir.File("a.ckfmt");
+  CKFMT_ASSERT_OK(Save(path, MakeRichStateDict(34), SmallSaveOptions()));
+  const std::string before = ReadFileBytes(path);
+  Value host = MakeRichStateDict(35);
+  Value dev = ToDevice(ops(), host, 0);
+  for (uint64_t snapshot : {uint64_t{0}, TotalTensorBytes(host) / 4}) {
+    SCOPED_TRACE("snapshot_bytes " + std::to_string(snapshot));
+    AsyncSaverOptions o;
+    o.snapshot_bytes = snapshot;
+    AsyncSaver saver(o);
+    int failures = Sweep(
+        [&] {
+          Status s = saver.SaveAsync(path, dev, SmallSaveOptions(Codec::kZstd));
+          Status w = saver.Wait().status();
+          return s.ok() ? w : s;
+        },
+        [&](const Status& s, uint64_t) {
+          ExpectNames(s, path);
+          ExpectNames(s, "injected pin failure");
+          EXPECT_EQ(ReadFileBytes(path), before);
+          EXPECT_TRUE(TempNames(dir.List()).empty());
+        });
+    EXPECT_GE(failures, 1);  // the snapshot arena at least
+    EXPECT_EQ(DiffValues(LoadFile(path), host), "");
+    CKFMT_ASSERT_OK(Save(path, MakeRichStateDict(34), SmallSaveOptions()));
+  }
+}
+
+}  // namespace
