@@ -212,7 +212,7 @@ class AsyncSaver::Impl {
       if (!fence.ok()) {
         // The arena must not change under copies still in flight.
         (void)WaitAll(fences);
-        for (auto& [index, st] : streams_) (void)st->Synchronize();
+        DropStreams();
         return fence.status().WithContext("snapshot of " + where);
       }
       fences.emplace_back(&it, *fence);
@@ -232,13 +232,23 @@ class AsyncSaver::Impl {
       auto [s, d, n] = slices[i];
       CopyUncached(d, s, n);  // the arena is read by the background write
     });
-    if (Status s = WaitAll(fences); !s.ok()) return s.WithContext(path);
+    if (Status s = WaitAll(fences); !s.ok()) {
+      DropStreams();
+      return s.WithContext(path);
+    }
     size_t next = 0, visit = 0;
     Dict root;
     for (size_t i = 0; i < sd.as_dict().size(); ++i) {
       root.Set(sd.as_dict().key(i), Rebuild(sd.as_dict().value(i), plan, next, visit));
     }
     return Value(std::move(root));
+  }
+
+  // After a failed copy: waits for what is still queued, then lets the
+  // next save start on fresh streams (see DeviceStream::Wait).
+  void DropStreams() {
+    for (auto& [index, st] : streams_) (void)st->Synchronize();
+    streams_.clear();
   }
 
   // Waits for every fence; the first failure names its tensor.

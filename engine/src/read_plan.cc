@@ -305,6 +305,14 @@ Result<DeviceStream*> ReadSession::DeviceStreamFor(Device device) {
 
 Status ReadSession::Read(const std::vector<ReadTarget>& targets, ThreadPool& pool,
                          uint64_t* bytes_read, uint64_t* bytes_direct) {
+  Status s = ReadOnce(targets, pool, bytes_read, bytes_direct);
+  // The session outlives the read: the next one starts on fresh streams.
+  if (!s.ok() && device_) device_->DropStreams();
+  return s;
+}
+
+Status ReadSession::ReadOnce(const std::vector<ReadTarget>& targets, ThreadPool& pool,
+                             uint64_t* bytes_read, uint64_t* bytes_direct) {
   std::map<uint64_t, ChunkTask> tasks;
   for (const ReadTarget& t : targets) {
     DeviceStream* stream = nullptr;

@@ -42,6 +42,8 @@ class ReadSession {
               uint64_t* bytes_direct);
 
  private:
+  Status ReadOnce(const std::vector<ReadTarget>& targets, ThreadPool& pool, uint64_t* bytes_read,
+                  uint64_t* bytes_direct);
   // Makes staging_ fit reads of a `size`-byte file with `staged` bytes
   // through staging in requests up to `block`, keeping one that does.
   Status SetUpIo(uint64_t size, uint64_t staged, uint64_t block);

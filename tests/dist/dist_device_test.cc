@@ -166,10 +166,11 @@ TEST_F(DistDeviceSave, AFailedCopyToHostMemoryNamesTheKeyAndLeavesTheOldFile) {
 }
 
 // Pinning host memory fails as cudaHostRegister does under a memory lock
-// limit. With each pin a save takes failing in turn: the error says so,
-// nothing stays pinned, the old file stays byte for byte with no
-// temporary beside it, and the save works once pinning does.
-TEST_F(DistDeviceSave, EveryFailedPinLeavesTheOldFile) {
+// limit, and a copy may fail too. With each pin, then each copy, a save
+// takes failing in turn: the error says so, nothing stays pinned, the old
+// file stays byte for byte with no temporary beside it, and the save
+// works once pinning and copying do.
+TEST_F(DistDeviceSave, EveryFailedPinOrCopyLeavesTheOldFile) {
   Value full = MakeFullState(16);
   auto host = ShardStateDict(full, MakeLayout(LayoutKind::kFsdp2, full, 1, 0));
   ASSERT_TRUE(host.ok()) << host.status().ToString();
@@ -182,36 +183,45 @@ TEST_F(DistDeviceSave, EveryFailedPinLeavesTheOldFile) {
     SaveMode mode;
     Codec codec;
   };
-  for (const Case& c :
-       {Case{"flattened through host memory", nullptr, SaveMode::kFlattened, Codec::kBytePlaneZstd},
-        Case{"flattened over the device communicator", &device_comm, SaveMode::kFlattened,
-             Codec::kNone},
-        Case{"parallel", nullptr, SaveMode::kParallel, Codec::kBytePlaneZstd}}) {
-    SCOPED_TRACE(c.name);
-    const std::string path = File("ck");
-    ASSERT_TRUE(DistSave(comm, path, MakeFullState(17), Small(nullptr)).ok());
-    const std::string before = ckfmt_test::ReadFileBytes(path);
-    DistSaveOptions o = Small(c.device_comm);
-    o.mode = c.mode;
-    o.save.codec = c.codec;
-    int failures = 0;
-    for (uint64_t k = 1; k <= 64; ++k) {
-      ops().FailPinsFrom(ops().pins() + k);
-      auto stats = DistSave(comm, path, local, o);
-      ops().FailPinsFrom(0);
-      if (stats.ok()) break;
-      ++failures;
-      SCOPED_TRACE("pin " + std::to_string(k) + " failing");
-      EXPECT_NE(stats.status().message().find("injected pin failure"), std::string::npos)
-          << stats.status().ToString();
-      EXPECT_NE(stats.status().message().find(path), std::string::npos)
-          << stats.status().ToString();
-      EXPECT_EQ(ops().pinned_ranges(), 0u);
-      EXPECT_EQ(ckfmt_test::ReadFileBytes(path), before);
-      EXPECT_EQ(ListDir(dir_), std::vector<std::string>{"ck"});
+  for (bool pins : {true, false}) {
+    for (const Case& c : {Case{"flattened through host memory", nullptr, SaveMode::kFlattened,
+                               Codec::kBytePlaneZstd},
+                          Case{"flattened over the device communicator", &device_comm,
+                               SaveMode::kFlattened, Codec::kNone},
+                          Case{"parallel", nullptr, SaveMode::kParallel, Codec::kBytePlaneZstd}}) {
+      SCOPED_TRACE(std::string(c.name) + (pins ? ", pins failing" : ", copies failing"));
+      const std::string path = File("ck");
+      ASSERT_TRUE(DistSave(comm, path, MakeFullState(17), Small(nullptr)).ok());
+      const std::string before = ckfmt_test::ReadFileBytes(path);
+      DistSaveOptions o = Small(c.device_comm);
+      o.mode = c.mode;
+      o.save.codec = c.codec;
+      int failures = 0;
+      for (uint64_t k = 1; k <= 2000; ++k) {
+        if (pins) {
+          ops().FailPinsFrom(ops().pins() + k);
+        } else {
+          ops().FailCopiesFrom(ops().copies() + k);
+        }
+        auto stats = DistSave(comm, path, local, o);
+        ops().FailPinsFrom(0);
+        ops().FailCopiesFrom(0);
+        if (stats.ok()) break;
+        ++failures;
+        SCOPED_TRACE("failing from " + std::to_string(k));
+        EXPECT_NE(
+            stats.status().message().find(pins ? "injected pin failure" : "injected copy failure"),
+            std::string::npos)
+            << stats.status().ToString();
+        EXPECT_NE(stats.status().message().find(path), std::string::npos)
+            << stats.status().ToString();
+        EXPECT_EQ(ops().pinned_ranges(), 0u);
+        EXPECT_EQ(ckfmt_test::ReadFileBytes(path), before);
+        EXPECT_EQ(ListDir(dir_), std::vector<std::string>{"ck"});
+      }
+      EXPECT_GE(failures, 1);
+      EXPECT_TRUE(FileHoldsFull(path, full));
     }
-    EXPECT_GE(failures, 1);
-    EXPECT_TRUE(FileHoldsFull(path, full));
   }
 }
 

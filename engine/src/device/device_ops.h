@@ -39,6 +39,9 @@ class DeviceStream {
   virtual Result<uint64_t> Record() = 0;
   // Blocks until `fence` is reached. Fails if a copy enqueued before it
   // failed. REQUIRES: each fence is waited for at most once.
+  // After a failure a stream may fail every later wait (a CUDA stream does
+  // after an error that breaks its context; the simulator's after any), so
+  // an owner that outlives a failed operation uses fresh streams after it.
   virtual Status Wait(uint64_t fence) = 0;
   // Record() + Wait().
   Status Synchronize();

@@ -31,6 +31,12 @@ Result<DeviceStream*> DeviceStaging::Stream(Device device) {
   return s.get();
 }
 
+void DeviceStaging::DropStreams() {
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& [index, stream] : streams_) (void)stream->Synchronize();
+  streams_.clear();
+}
+
 Status DeviceStaging::PinSlots(const std::vector<AlignedBuffer>& slots) {
   if (!slot_pins_.empty()) return Status::OK();
   for (const AlignedBuffer& b : slots) {

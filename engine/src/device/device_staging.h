@@ -23,6 +23,10 @@ class DeviceStaging {
   // The stream of `device`, created on first use. REQUIRES: `device` uses
   // the same backend as the one given to For().
   Result<DeviceStream*> Stream(Device device);
+  // After a failed operation: waits for what is queued on the streams and
+  // drops them, so that the next operation starts on fresh ones (a stream
+  // may keep failing after an error). REQUIRES: no other thread uses them.
+  void DropStreams();
   // Pins `slots` for this object's lifetime (once; later calls do nothing).
   // REQUIRES: the slots outlive this object.
   Status PinSlots(const std::vector<AlignedBuffer>& slots);

@@ -1,9 +1,10 @@
 // Pinning host memory fails in real jobs (cudaHostRegister under a memory
-// lock limit, or with the host's memory exhausted). Each test makes every
-// pin that one operation takes fail in turn, from the first to the last,
-// on the simulated device, and checks what a user relies on: a clear
-// error naming the file and the cause, the previous checkpoint kept byte
-// for byte, nothing left pinned, and the next attempt working.
+// lock limit, or with the host's memory exhausted), and so may a copy (a
+// GPU in an error state). Each test makes every pin, or every copy, that
+// one operation takes fail in turn, from the first to the last, on the
+// simulated device, and checks what a user relies on: a clear error naming
+// the file and the cause, the previous checkpoint kept byte for byte,
+// nothing left pinned, and the next attempt working.
 #include <gtest/gtest.h>
 
 #include "ckfmt/async_save.h"
@@ -19,28 +20,46 @@ namespace {
 using namespace ckfmt;
 using namespace ckfmt_test;
 
-class DevicePinFailure : public SimulatedDeviceTest {
+// What fails: the simulator's pins or its copies.
+enum class Fault { kPin, kCopy };
+
+class DeviceFault : public SimulatedDeviceTest, public ::testing::WithParamInterface<Fault> {
  protected:
-  // Runs `attempt` with the k-th pin it takes failing, for k = 1, 2, ...
-  // until an attempt succeeds, and hands each failure to `check`. Returns
-  // how many attempts failed.
-  int Sweep(const std::function<Status()>& attempt,
-            const std::function<void(const Status&, uint64_t k)>& check) {
+  // What the injected failure says.
+  static std::string Injected() {
+    return GetParam() == Fault::kPin ? "injected pin failure" : "injected copy failure";
+  }
+  // Runs `attempt` with the k-th pin (or copy) it takes failing, for k =
+  // 1, 2, ... until an attempt succeeds, and hands each failure to `check`
+  // after checking that it names the injected failure and (unless
+  // `holds_pins`: an open reader or an AsyncSaver keeps its memory pinned)
+  // left nothing pinned. Returns how many attempts failed.
+  int Sweep(const std::function<Status()>& attempt, const std::function<void(const Status&)>& check,
+            bool holds_pins = false) {
+    const bool pins = GetParam() == Fault::kPin;
     int failures = 0;
-    for (uint64_t k = 1; k <= kMaxPins; ++k) {
-      ops().FailPinsFrom(ops().pins() + k);
+    for (uint64_t k = 1; k <= kMaxAttempts; ++k) {
+      if (pins) {
+        ops().FailPinsFrom(ops().pins() + k);
+      } else {
+        ops().FailCopiesFrom(ops().copies() + k);
+      }
       Status s = attempt();
       ops().FailPinsFrom(0);
+      ops().FailCopiesFrom(0);
       if (s.ok()) return failures;
       ++failures;
-      SCOPED_TRACE("pin " + std::to_string(k) + " failing");
-      check(s, k);
-      EXPECT_EQ(ops().pinned_ranges(), 0u) << "host memory left pinned after " << s.ToString();
+      SCOPED_TRACE((pins ? "pin " : "copy ") + std::to_string(k) + " failing");
+      EXPECT_NE(s.message().find(Injected()), std::string::npos) << s.ToString();
+      if (!holds_pins) {
+        EXPECT_EQ(ops().pinned_ranges(), 0u) << "host memory left pinned after " << s.ToString();
+      }
+      check(s);
     }
-    ADD_FAILURE() << "still failing with the first " << kMaxPins << " pins working";
+    ADD_FAILURE() << "still failing with the first " << kMaxAttempts << " working";
     return failures;
   }
-  static constexpr uint64_t kMaxPins = 64;
+  static constexpr uint64_t kMaxAttempts = 2000;
 };
 
 // `path` loaded into an empty dict on the host.
@@ -55,7 +74,7 @@ void ExpectNames(const Status& s, const std::string& what) {
   EXPECT_NE(s.message().find(what), std::string::npos) << s.ToString();
 }
 
-TEST_F(DevicePinFailure, SavesKeepThePreviousCheckpoint) {
+TEST_P(DeviceFault, SavesKeepThePreviousCheckpoint) {
   ScopedTempDir dir;
   const std::string path = dir.File("a.ckfmt");
   CKFMT_ASSERT_OK(Save(path, MakeRichStateDict(30), SmallSaveOptions()));
@@ -65,9 +84,8 @@ TEST_F(DevicePinFailure, SavesKeepThePreviousCheckpoint) {
   for (Codec codec : {Codec::kNone, Codec::kZstd, Codec::kBytePlaneZstd}) {
     SCOPED_TRACE(std::string(CodecName(uint8_t(codec))));
     int failures = Sweep([&] { return Save(path, dev, SmallSaveOptions(codec)).status(); },
-                         [&](const Status& s, uint64_t) {
+                         [&](const Status& s) {
                            ExpectNames(s, path);
-                           ExpectNames(s, "injected pin failure");
                            EXPECT_EQ(ReadFileBytes(path), before);
                            EXPECT_TRUE(TempNames(dir.List()).empty());
                          });
@@ -77,7 +95,7 @@ TEST_F(DevicePinFailure, SavesKeepThePreviousCheckpoint) {
   }
 }
 
-TEST_F(DevicePinFailure, LoadsIntoDeviceTensorsFailClearly) {
+TEST_P(DeviceFault, LoadsIntoDeviceTensorsFailClearly) {
   ScopedTempDir dir;
   const std::string path = dir.File("a.ckfmt");
   Value host = MakeRichStateDict(32);
@@ -86,16 +104,30 @@ TEST_F(DevicePinFailure, LoadsIntoDeviceTensorsFailClearly) {
     CKFMT_ASSERT_OK(Save(path, host, SmallSaveOptions(codec)));
     Value dev = ToDevice(ops(), ZeroedLike(host), 0);
     int failures = Sweep([&] { return Load(path, &dev, {}, SmallReadOptions()).status(); },
-                         [&](const Status& s, uint64_t) {
-                           ExpectNames(s, path);
-                           ExpectNames(s, "injected pin failure");
-                         });
+                         [&](const Status& s) { ExpectNames(s, path); });
     EXPECT_GE(failures, 1);
     EXPECT_EQ(DiffValues(ToHost(ops(), dev), host), "");
   }
 }
 
-TEST_F(DevicePinFailure, ReconstructingOnTheDeviceFailsClearly) {
+// A reader kept open (as a converter or a resharding job keeps it) loads
+// again after a failed load.
+TEST_P(DeviceFault, AReaderLoadsAgainAfterAFailedLoad) {
+  ScopedTempDir dir;
+  const std::string path = dir.File("a.ckfmt");
+  Value host = MakeRichStateDict(36);
+  CKFMT_ASSERT_OK(Save(path, host, SmallSaveOptions(Codec::kBytePlaneZstd)));
+  auto reader = CheckpointReader::Open(path, SmallReadOptions());
+  CKFMT_ASSERT_OK(reader);
+  Value dev = ToDevice(ops(), ZeroedLike(host), 0);
+  int failures = Sweep([&] { return (*reader)->Load(&dev).status(); },
+                       [&](const Status& s) { ExpectNames(s, path); },
+                       /*holds_pins=*/true);  // the reader's staging, while it is open
+  EXPECT_GE(failures, 1);
+  EXPECT_EQ(DiffValues(ToHost(ops(), dev), host), "");
+}
+
+TEST_P(DeviceFault, ReconstructingOnTheDeviceFailsClearly) {
   ScopedTempDir dir;
   const std::string path = dir.File("a.ckfmt");
   Value host = MakeRichStateDict(33);
@@ -108,17 +140,14 @@ TEST_F(DevicePinFailure, ReconstructingOnTheDeviceFailsClearly) {
         v = Value{Dict{}};
         return Load(path, &v, lo, SmallReadOptions()).status();
       },
-      [&](const Status& s, uint64_t) {
-        ExpectNames(s, path);
-        ExpectNames(s, "injected pin failure");
-      });
+      [&](const Status& s) { ExpectNames(s, path); });
   EXPECT_GE(failures, 1);
   EXPECT_EQ(DiffValues(ToHost(ops(), v), host), "");
 }
 
 // The saver reports the failure at the call or at Wait(), never leaves a
 // file at the final name, and its next save works.
-TEST_F(DevicePinFailure, AsyncSavesFailClearlyAndTheSaverRecovers) {
+TEST_P(DeviceFault, AsyncSavesFailClearlyAndTheSaverRecovers) {
   ScopedTempDir dir;
   const std::string path = dir.File("a.ckfmt");
   CKFMT_ASSERT_OK(Save(path, MakeRichStateDict(34), SmallSaveOptions()));
@@ -136,16 +165,21 @@ TEST_F(DevicePinFailure, AsyncSavesFailClearlyAndTheSaverRecovers) {
           Status w = saver.Wait().status();
           return s.ok() ? w : s;
         },
-        [&](const Status& s, uint64_t) {
+        [&](const Status& s) {
           ExpectNames(s, path);
-          ExpectNames(s, "injected pin failure");
           EXPECT_EQ(ReadFileBytes(path), before);
           EXPECT_TRUE(TempNames(dir.List()).empty());
-        });
-    EXPECT_GE(failures, 1);  // the snapshot arena at least
+        },
+        /*holds_pins=*/true);
+    EXPECT_GE(failures, 1);
     EXPECT_EQ(DiffValues(LoadFile(path), host), "");
     CKFMT_ASSERT_OK(Save(path, MakeRichStateDict(34), SmallSaveOptions()));
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(PinsAndCopies, DeviceFault, ::testing::Values(Fault::kPin, Fault::kCopy),
+                         [](const auto& info) {
+                           return std::string(info.param == Fault::kPin ? "Pins" : "Copies");
+                         });
 
 }  // namespace
