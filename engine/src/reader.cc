@@ -80,7 +80,11 @@ Result<Tensor> CheckpointReader::ReadTensor(const KeyPath& path, const Allocator
     CKFMT_RETURN_IF_ERROR(need.Check(this->path()));
     alloc = HostAllocator();
   }
-  CKFMT_ASSIGN_OR_RETURN(Tensor t, alloc(e->dtype, e->shape, path, Device{}));
+  auto allocated = alloc(e->dtype, e->shape, path, Device{});
+  if (!allocated.ok()) {
+    return allocated.status().WithContext(this->path() + ": allocating " + FormatKeyPath(path));
+  }
+  Tensor t = std::move(*allocated);
   CKFMT_RETURN_IF_ERROR(ReadRegion(path, Region::Whole(e->shape), t.data(), t.device()));
   return t;
 }

@@ -361,9 +361,9 @@ TEST_F(DistDeviceSave, AGatherBufferThatCannotBeAllocatedLeavesTheOldFile) {
   SimulatedDeviceComm device_comm(comm, ops(), 0);
   ASSERT_TRUE(DistSave(comm, File("ck"), local, Small(&device_comm)).ok());
   const auto before = fs::file_size(File("ck"));
-  ops().FailAllocations(true);
+  ops().FailAllocationsFrom(ops().allocate_calls() + 1);
   auto stats = DistSave(comm, File("ck"), local, Small(&device_comm));
-  ops().FailAllocations(false);
+  ops().FailAllocationsFrom(0);
   ASSERT_EQ(stats.status().code(), StatusCode::kIOError);
   EXPECT_NE(stats.status().message().find("a gather buffer of "), std::string::npos)
       << stats.status().ToString();

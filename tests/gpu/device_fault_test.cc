@@ -20,37 +20,39 @@ namespace {
 using namespace ckfmt;
 using namespace ckfmt_test;
 
-// What fails: the simulator's pins or its copies.
-enum class Fault { kPin, kCopy };
+// What fails: the simulator's pins, copies or device allocations.
+enum class Fault { kPin, kCopy, kAllocation };
 
-class DeviceFault : public SimulatedDeviceTest, public ::testing::WithParamInterface<Fault> {
+class DeviceFaultTest : public SimulatedDeviceTest {
  protected:
-  // What the injected failure says.
-  static std::string Injected() {
-    return GetParam() == Fault::kPin ? "injected pin failure" : "injected copy failure";
-  }
-  // Runs `attempt` with the k-th pin (or copy) it takes failing, for k =
-  // 1, 2, ... until an attempt succeeds, and hands each failure to `check`
-  // after checking that it names the injected failure and (unless
+  // Runs `attempt` with the k-th pin, copy or allocation it makes failing,
+  // for k = 1, 2, ... until an attempt succeeds, and hands each failure to
+  // `check` after checking that it names the injected failure and (unless
   // `holds_pins`: an open reader or an AsyncSaver keeps its memory pinned)
   // left nothing pinned. Returns how many attempts failed.
-  int Sweep(const std::function<Status()>& attempt, const std::function<void(const Status&)>& check,
-            bool holds_pins = false) {
-    const bool pins = GetParam() == Fault::kPin;
+  int Sweep(Fault fault, const std::function<Status()>& attempt,
+            const std::function<void(const Status&)>& check, bool holds_pins = false) {
     int failures = 0;
     for (uint64_t k = 1; k <= kMaxAttempts; ++k) {
-      if (pins) {
-        ops().FailPinsFrom(ops().pins() + k);
-      } else {
-        ops().FailCopiesFrom(ops().copies() + k);
+      switch (fault) {
+        case Fault::kPin:
+          ops().FailPinsFrom(ops().pins() + k);
+          break;
+        case Fault::kCopy:
+          ops().FailCopiesFrom(ops().copies() + k);
+          break;
+        case Fault::kAllocation:
+          ops().FailAllocationsFrom(ops().allocate_calls() + k);
+          break;
       }
       Status s = attempt();
       ops().FailPinsFrom(0);
       ops().FailCopiesFrom(0);
+      ops().FailAllocationsFrom(0);
       if (s.ok()) return failures;
       ++failures;
-      SCOPED_TRACE((pins ? "pin " : "copy ") + std::to_string(k) + " failing");
-      EXPECT_NE(s.message().find(Injected()), std::string::npos) << s.ToString();
+      SCOPED_TRACE(std::string(Name(fault)) + " " + std::to_string(k) + " failing");
+      EXPECT_NE(s.message().find(Injected(fault)), std::string::npos) << s.ToString();
       if (!holds_pins) {
         EXPECT_EQ(ops().pinned_ranges(), 0u) << "host memory left pinned after " << s.ToString();
       }
@@ -59,8 +61,34 @@ class DeviceFault : public SimulatedDeviceTest, public ::testing::WithParamInter
     ADD_FAILURE() << "still failing with the first " << kMaxAttempts << " working";
     return failures;
   }
+  static const char* Name(Fault fault) {
+    switch (fault) {
+      case Fault::kPin:
+        return "pin";
+      case Fault::kCopy:
+        return "copy";
+      case Fault::kAllocation:
+        return "allocation";
+    }
+    return "?";
+  }
+  // What the injected failure says.
+  static const char* Injected(Fault fault) {
+    switch (fault) {
+      case Fault::kPin:
+        return "injected pin failure";
+      case Fault::kCopy:
+        return "injected copy failure";
+      case Fault::kAllocation:
+        return "out of memory (injected)";
+    }
+    return "?";
+  }
   static constexpr uint64_t kMaxAttempts = 2000;
 };
+
+// The tests that pins and copies fail in alike.
+class DeviceFault : public DeviceFaultTest, public ::testing::WithParamInterface<Fault> {};
 
 // `path` loaded into an empty dict on the host.
 Value LoadFile(const std::string& path) {
@@ -83,12 +111,13 @@ TEST_P(DeviceFault, SavesKeepThePreviousCheckpoint) {
   Value dev = ToDevice(ops(), host, 0);
   for (Codec codec : {Codec::kNone, Codec::kZstd, Codec::kBytePlaneZstd}) {
     SCOPED_TRACE(std::string(CodecName(uint8_t(codec))));
-    int failures = Sweep([&] { return Save(path, dev, SmallSaveOptions(codec)).status(); },
-                         [&](const Status& s) {
-                           ExpectNames(s, path);
-                           EXPECT_EQ(ReadFileBytes(path), before);
-                           EXPECT_TRUE(TempNames(dir.List()).empty());
-                         });
+    int failures = Sweep(
+        GetParam(), [&] { return Save(path, dev, SmallSaveOptions(codec)).status(); },
+        [&](const Status& s) {
+          ExpectNames(s, path);
+          EXPECT_EQ(ReadFileBytes(path), before);
+          EXPECT_TRUE(TempNames(dir.List()).empty());
+        });
     EXPECT_GE(failures, 1);  // the staging slots at least
     EXPECT_EQ(DiffValues(LoadFile(path), host), "");
     CKFMT_ASSERT_OK(Save(path, MakeRichStateDict(30), SmallSaveOptions()));
@@ -103,8 +132,9 @@ TEST_P(DeviceFault, LoadsIntoDeviceTensorsFailClearly) {
     SCOPED_TRACE(std::string(CodecName(uint8_t(codec))));
     CKFMT_ASSERT_OK(Save(path, host, SmallSaveOptions(codec)));
     Value dev = ToDevice(ops(), ZeroedLike(host), 0);
-    int failures = Sweep([&] { return Load(path, &dev, {}, SmallReadOptions()).status(); },
-                         [&](const Status& s) { ExpectNames(s, path); });
+    int failures = Sweep(
+        GetParam(), [&] { return Load(path, &dev, {}, SmallReadOptions()).status(); },
+        [&](const Status& s) { ExpectNames(s, path); });
     EXPECT_GE(failures, 1);
     EXPECT_EQ(DiffValues(ToHost(ops(), dev), host), "");
   }
@@ -120,9 +150,10 @@ TEST_P(DeviceFault, AReaderLoadsAgainAfterAFailedLoad) {
   auto reader = CheckpointReader::Open(path, SmallReadOptions());
   CKFMT_ASSERT_OK(reader);
   Value dev = ToDevice(ops(), ZeroedLike(host), 0);
-  int failures = Sweep([&] { return (*reader)->Load(&dev).status(); },
-                       [&](const Status& s) { ExpectNames(s, path); },
-                       /*holds_pins=*/true);  // the reader's staging, while it is open
+  int failures = Sweep(
+      GetParam(), [&] { return (*reader)->Load(&dev).status(); },
+      [&](const Status& s) { ExpectNames(s, path); },
+      /*holds_pins=*/true);  // the reader's staging, while it is open
   EXPECT_GE(failures, 1);
   EXPECT_EQ(DiffValues(ToHost(ops(), dev), host), "");
 }
@@ -136,6 +167,7 @@ TEST_P(DeviceFault, ReconstructingOnTheDeviceFailsClearly) {
   lo.reconstruct_device = Device{DeviceType::kCUDA, 1};
   Value v{Dict{}};
   int failures = Sweep(
+      GetParam(),
       [&] {
         v = Value{Dict{}};
         return Load(path, &v, lo, SmallReadOptions()).status();
@@ -160,6 +192,7 @@ TEST_P(DeviceFault, AsyncSavesFailClearlyAndTheSaverRecovers) {
     o.snapshot_bytes = snapshot;
     AsyncSaver saver(o);
     int failures = Sweep(
+        GetParam(),
         [&] {
           Status s = saver.SaveAsync(path, dev, SmallSaveOptions(Codec::kZstd));
           Status w = saver.Wait().status();
@@ -175,6 +208,31 @@ TEST_P(DeviceFault, AsyncSavesFailClearlyAndTheSaverRecovers) {
     EXPECT_EQ(DiffValues(LoadFile(path), host), "");
     CKFMT_ASSERT_OK(Save(path, MakeRichStateDict(34), SmallSaveOptions()));
   }
+}
+
+// Tensors the caller lacks are created on the GPU one by one; a GPU too
+// full for the k-th frees the k - 1 made before it with the dict.
+TEST_F(DeviceFaultTest, ReconstructingOnAFullGpuFailsClearlyAndLeaksNothing) {
+  ScopedTempDir dir;
+  const std::string path = dir.File("a.ckfmt");
+  Value host = MakeRichStateDict(37);
+  CKFMT_ASSERT_OK(Save(path, host, SmallSaveOptions(Codec::kBytePlaneZstd)));
+  LoadOptions lo;
+  lo.reconstruct_device = Device{DeviceType::kCUDA, 0};
+  Value v{Dict{}};
+  int failures = Sweep(
+      Fault::kAllocation,
+      [&] {
+        v = Value{Dict{}};
+        return Load(path, &v, lo, SmallReadOptions()).status();
+      },
+      [&](const Status& s) {
+        ExpectNames(s, path + ": allocating ");
+        v = Value{Dict{}};
+        EXPECT_EQ(ops().allocations(), 0u) << "device memory leaked after " << s.ToString();
+      });
+  EXPECT_EQ(failures, static_cast<int>(CountDeviceTensors(v)));
+  EXPECT_EQ(DiffValues(ToHost(ops(), v), host), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(PinsAndCopies, DeviceFault, ::testing::Values(Fault::kPin, Fault::kCopy),

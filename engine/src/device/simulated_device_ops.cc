@@ -138,7 +138,8 @@ Result<void*> SimulatedDeviceOps::Allocate(int device, size_t n) {
   if (device < 0 || device >= options_.devices) {
     return Status::InvalidArgument("simulated device " + std::to_string(device) + " does not exist");
   }
-  if (fail_allocations_) {
+  const uint64_t k = ++allocate_calls_;
+  if (fail_allocations_from_ != 0 && k >= fail_allocations_from_) {
     // As the CUDA backend reports a failed cudaMalloc.
     return Status::IOError("allocation of " + std::to_string(n) + " bytes on simulated device " +
                            std::to_string(device) + ": out of memory (injected)");

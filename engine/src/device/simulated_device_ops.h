@@ -49,8 +49,9 @@ class SimulatedDeviceOps final : public DeviceOps {
   // one fail with an error; 0 disables.
   void FailCopiesFrom(uint64_t k) { fail_from_ = k; }
   void set_copy_delay(std::chrono::microseconds d) { options_.copy_delay = d; }
-  // While set, every Allocate() fails as a full GPU's would.
-  void FailAllocations(bool fail) { fail_allocations_ = fail; }
+  // The Allocate() call number `k` (counting from 1) and every later one
+  // fail as on a full GPU; 0 disables.
+  void FailAllocationsFrom(uint64_t k) { fail_allocations_from_ = k; }
   // The pin number `k` (counting from 1) and every later one fail, as
   // cudaHostRegister does when the host cannot lock more memory; 0
   // disables.
@@ -58,6 +59,7 @@ class SimulatedDeviceOps final : public DeviceOps {
 
   uint64_t copies() const { return copies_; }
   uint64_t pins() const { return pins_; }
+  uint64_t allocate_calls() const { return allocate_calls_; }
   uint64_t bytes_to_host() const { return to_host_; }
   uint64_t bytes_to_device() const { return to_device_; }
   size_t pinned_ranges() const;
@@ -87,7 +89,7 @@ class SimulatedDeviceOps final : public DeviceOps {
   std::string violations_;
   std::atomic<uint64_t> copies_{0}, to_host_{0}, to_device_{0}, fail_from_{0};
   std::atomic<uint64_t> pins_{0}, fail_pins_from_{0};
-  std::atomic<bool> fail_allocations_{false};
+  std::atomic<uint64_t> allocate_calls_{0}, fail_allocations_from_{0};
 };
 
 }  // namespace ckfmt
