@@ -13,6 +13,15 @@ std::string_view IoBackendName(IoBackend b) {
   return "unknown";
 }
 
+namespace {
+BlockIoWrapper& Wrapper() {
+  static BlockIoWrapper wrap;
+  return wrap;
+}
+}  // namespace
+
+void SetBlockIoWrapper(BlockIoWrapper wrap) { Wrapper() = std::move(wrap); }
+
 std::unique_ptr<BlockIo> BlockIo::Create(const File& file, const IoOptions& options,
                                          const std::vector<AlignedBuffer>& buffers,
                                          size_t depth) {
@@ -21,6 +30,7 @@ std::unique_ptr<BlockIo> BlockIo::Create(const File& file, const IoOptions& opti
   if (options.backend != IoBackend::kPread) io = MakeUringIo(file, buffers, depth);
   if (!io) io = MakePreadIo(file, buffers);
   Log(LogLevel::kInfo, file.path() + ": I/O through " + io->name());
+  if (Wrapper()) io = Wrapper()(file, std::move(io));
   return io;
 }
 

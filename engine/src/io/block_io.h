@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +56,13 @@ class BlockIo {
   // E.g. "io_uring+O_DIRECT", "io_uring", "pread".
   virtual std::string name() const = 0;
 };
+
+// Tests: every BlockIo that Create() makes from now on is passed through
+// `wrap` (one that injects I/O errors, say); nullptr restores the default.
+// REQUIRES: no BlockIo is being created meanwhile.
+using BlockIoWrapper =
+    std::function<std::unique_ptr<BlockIo>(const File& file, std::unique_ptr<BlockIo> io)>;
+void SetBlockIoWrapper(BlockIoWrapper wrap);
 
 std::unique_ptr<BlockIo> MakePreadIo(const File& file, const std::vector<AlignedBuffer>& buffers);
 // nullptr when io_uring is unavailable (the reason is logged).

@@ -1,0 +1,238 @@
+// A disk that fails a read or a write (EIO: a bad sector, a lost network
+// volume). Each test makes every transfer that one operation starts fail
+// in turn, from the first to the last, through both I/O backends, and
+// checks what a user relies on: an error naming the file and the cause,
+// the previous checkpoint byte for byte with no temporary beside it, a
+// verify that reports the I/O error instead of calling the file corrupt,
+// and the next attempt working.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <set>
+
+#include "ckfmt/async_save.h"
+#include "ckfmt/reader.h"
+#include "ckfmt/verify.h"
+#include "ckfmt/writer.h"
+#include "io/block_io.h"
+#include "util/file_util.h"
+#include "util/temp_dir.h"
+#include "util/value_util.h"
+
+namespace {
+
+using namespace ckfmt;
+using namespace ckfmt_test;
+
+// Counts the transfers of every BlockIo made while it is installed; the
+// transfer number `fail_from` and every later one report EIO when they
+// complete (the bytes may have moved: a disk reports errors late too).
+class IoFaults {
+ public:
+  IoFaults() {
+    SetBlockIoWrapper([this](const File& file, std::unique_ptr<BlockIo> io) {
+      return std::unique_ptr<BlockIo>(new Faulty(this, file.path(), std::move(io)));
+    });
+  }
+  ~IoFaults() { SetBlockIoWrapper(nullptr); }
+
+  void FailFrom(uint64_t k) { fail_from_ = k; }
+  uint64_t transfers() const { return transfers_; }
+
+ private:
+  class Faulty final : public BlockIo {
+   public:
+    Faulty(IoFaults* faults, std::string path, std::unique_ptr<BlockIo> io)
+        : faults_(faults), path_(std::move(path)), io_(std::move(io)) {}
+    Status SubmitWrite(int slot, uint64_t offset, size_t len) override {
+      Doom(slot);
+      return io_->SubmitWrite(slot, offset, len);
+    }
+    Status SubmitRead(int slot, uint64_t offset, size_t len) override {
+      Doom(slot);
+      return io_->SubmitRead(slot, offset, len);
+    }
+    Status SubmitReadTo(int tag, uint8_t* dst, uint64_t offset, size_t len) override {
+      Doom(tag);
+      return io_->SubmitReadTo(tag, dst, offset, len);
+    }
+    Completion Wait() override {
+      Completion c = io_->Wait();
+      std::lock_guard<std::mutex> l(mu_);
+      if (doomed_.erase(c.slot) && c.status.ok()) {
+        // As the backends word a failed transfer.
+        c.status = Status::FromErrno(EIO, "injected transfer failure on " + path_);
+      }
+      return c;
+    }
+    bool Ready() override { return io_->Ready(); }
+    size_t in_flight() const override { return io_->in_flight(); }
+    bool transfers_at_submit() const override { return io_->transfers_at_submit(); }
+    std::string name() const override { return io_->name(); }
+
+   private:
+    void Doom(int slot) {
+      const uint64_t k = ++faults_->transfers_;
+      if (faults_->fail_from_ == 0 || k < faults_->fail_from_) return;
+      std::lock_guard<std::mutex> l(mu_);
+      doomed_.insert(slot);
+    }
+    IoFaults* faults_;
+    std::string path_;
+    std::unique_ptr<BlockIo> io_;
+    std::mutex mu_;
+    std::set<int> doomed_;  // slots and tags whose transfer in flight fails
+  };
+
+  std::atomic<uint64_t> transfers_{0}, fail_from_{0};
+};
+
+class IoFaultTest : public ::testing::TestWithParam<IoBackend> {
+ protected:
+  SaveOptions Saving(Codec codec) const {
+    SaveOptions o = SmallSaveOptions(codec);
+    o.io.backend = GetParam();
+    return o;
+  }
+  ReadOptions Reading() const {
+    ReadOptions o = SmallReadOptions();
+    o.io.backend = GetParam();
+    return o;
+  }
+
+  // Runs `attempt` with its k-th transfer failing, for k = 1, 2, ... until
+  // an attempt succeeds, and hands each failure to `check` after checking
+  // that it names the file and EIO. Returns how many attempts failed.
+  int Sweep(const std::string& path, const std::function<Status()>& attempt,
+            const std::function<void(const Status&)>& check = {}) {
+    int failures = 0;
+    for (uint64_t k = 1; k <= 5000; ++k) {
+      faults_.FailFrom(faults_.transfers() + k);
+      Status s = attempt();
+      faults_.FailFrom(0);
+      if (s.ok()) return failures;
+      ++failures;
+      SCOPED_TRACE("transfer " + std::to_string(k) + " failing");
+      EXPECT_NE(s.message().find(path), std::string::npos) << s.ToString();
+      EXPECT_NE(s.message().find(std::strerror(EIO)), std::string::npos) << s.ToString();
+      if (check) check(s);
+    }
+    ADD_FAILURE() << "still failing with the first 5000 transfers working";
+    return failures;
+  }
+
+  IoFaults faults_;
+};
+
+TEST_P(IoFaultTest, SavesKeepThePreviousCheckpoint) {
+  ScopedTempDir dir;
+  const std::string path = dir.File("a.ckfmt");
+  Value state = MakeRichStateDict(40);
+  for (Codec codec : {Codec::kNone, Codec::kZstd, Codec::kBytePlaneZstd}) {
+    SCOPED_TRACE(std::string(CodecName(uint8_t(codec))));
+    CKFMT_ASSERT_OK(Save(path, MakeRichStateDict(41), Saving(codec)));
+    const std::string before = ReadFileBytes(path);
+    int failures = Sweep(
+        path, [&] { return Save(path, state, Saving(codec)).status(); },
+        [&](const Status&) {
+          EXPECT_TRUE(ReadFileBytes(path) == before) << "the old file changed";
+          EXPECT_TRUE(TempNames(dir.List()).empty());
+        });
+    EXPECT_GE(failures, 2);
+    Value back{Dict{}};
+    CKFMT_ASSERT_OK(Load(path, &back, {}, Reading()));
+    EXPECT_TRUE(ValuesBitwiseEqual(state, back));
+  }
+}
+
+TEST_P(IoFaultTest, AsyncSavesFailAtWaitAndTheSaverRecovers) {
+  ScopedTempDir dir;
+  const std::string path = dir.File("a.ckfmt");
+  CKFMT_ASSERT_OK(Save(path, MakeRichStateDict(42), Saving(Codec::kNone)));
+  const std::string before = ReadFileBytes(path);
+  Value state = MakeRichStateDict(43);
+  for (uint64_t snapshot : {uint64_t{0}, TotalTensorBytes(state) / 4}) {
+    SCOPED_TRACE("snapshot_bytes " + std::to_string(snapshot));
+    AsyncSaverOptions ao;
+    ao.snapshot_bytes = snapshot;
+    AsyncSaver saver(ao);
+    int failures = Sweep(
+        path,
+        [&] {
+          Status s = saver.SaveAsync(path, state, Saving(Codec::kBytePlaneZstd));
+          Status w = saver.Wait().status();
+          return s.ok() ? w : s;
+        },
+        [&](const Status&) {
+          EXPECT_TRUE(ReadFileBytes(path) == before) << "the old file changed";
+          EXPECT_TRUE(TempNames(dir.List()).empty());
+        });
+    EXPECT_GE(failures, 2);
+    Value back{Dict{}};
+    CKFMT_ASSERT_OK(Load(path, &back, {}, Reading()));
+    EXPECT_TRUE(ValuesBitwiseEqual(state, back));
+    CKFMT_ASSERT_OK(Save(path, MakeRichStateDict(42), Saving(Codec::kNone)));
+  }
+}
+
+TEST_P(IoFaultTest, LoadsFailClearly) {
+  ScopedTempDir dir;
+  const std::string path = dir.File("a.ckfmt");
+  Value state = MakeRichStateDict(44);
+  for (Codec codec : {Codec::kNone, Codec::kBytePlaneZstd}) {
+    SCOPED_TRACE(std::string(CodecName(uint8_t(codec))));
+    CKFMT_ASSERT_OK(Save(path, state, Saving(codec)));
+    // In place, and into an empty dict that gets everything reconstructed.
+    Value in_place = ZeroedLike(state);
+    EXPECT_GE(Sweep(path, [&] { return Load(path, &in_place, {}, Reading()).status(); }), 1);
+    EXPECT_TRUE(ValuesBitwiseEqual(state, in_place));
+    Value fresh{Dict{}};
+    EXPECT_GE(Sweep(path,
+                    [&] {
+                      fresh = Value{Dict{}};
+                      return Load(path, &fresh, {}, Reading()).status();
+                    }),
+              1);
+    EXPECT_TRUE(ValuesBitwiseEqual(state, fresh));
+  }
+}
+
+// A reader kept open reads again after a failed read.
+TEST_P(IoFaultTest, AReaderReadsAgainAfterAFailedRead) {
+  ScopedTempDir dir;
+  const std::string path = dir.File("a.ckfmt");
+  Value state = MakeRichStateDict(45);
+  CKFMT_ASSERT_OK(Save(path, state, Saving(Codec::kZstd)));
+  auto reader = CheckpointReader::Open(path, Reading());
+  CKFMT_ASSERT_OK(reader);
+  Value v = ZeroedLike(state);
+  EXPECT_GE(Sweep(path, [&] { return (*reader)->Load(&v).status(); }), 1);
+  EXPECT_TRUE(ValuesBitwiseEqual(state, v));
+}
+
+// An unreadable file is an error of the verify, not a corrupt file.
+TEST_P(IoFaultTest, VerifyReportsTheIoErrorNotCorruption) {
+  ScopedTempDir dir;
+  const std::string path = dir.File("a.ckfmt");
+  CKFMT_ASSERT_OK(Save(path, MakeRichStateDict(46), Saving(Codec::kBytePlaneZstd)));
+  VerifyOptions vo;
+  vo.io = Reading().io;
+  int failures = Sweep(path, [&]() -> Status {
+    auto report = VerifyFile(path, vo);
+    if (!report.ok()) return report.status();
+    EXPECT_TRUE(report->problems.empty()) << report->problems.front().message;
+    return Status::OK();
+  });
+  EXPECT_GE(failures, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, IoFaultTest,
+                         ::testing::Values(IoBackend::kAuto, IoBackend::kPread),
+                         [](const auto& info) {
+                           return std::string(info.param == IoBackend::kPread ? "Pread" : "Uring");
+                         });
+
+}  // namespace
