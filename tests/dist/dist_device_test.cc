@@ -18,6 +18,7 @@
 #include "dist_test_util.h"
 #include "gpu/device_test_util.h"
 #include "sim_device_comm.h"
+#include "util/fault_sweep.h"
 #include "util/file_util.h"
 
 namespace {
@@ -196,29 +197,24 @@ TEST_F(DistDeviceSave, EveryFailedPinOrCopyLeavesTheOldFile) {
       DistSaveOptions o = Small(c.device_comm);
       o.mode = c.mode;
       o.save.codec = c.codec;
-      int failures = 0;
-      for (uint64_t k = 1; k <= 2000; ++k) {
+      auto fail_from = [&](uint64_t k) {
         if (pins) {
-          ops().FailPinsFrom(ops().pins() + k);
+          ops().FailPinsFrom(k ? ops().pins() + k : 0);
         } else {
-          ops().FailCopiesFrom(ops().copies() + k);
+          ops().FailCopiesFrom(k ? ops().copies() + k : 0);
         }
-        auto stats = DistSave(comm, path, local, o);
-        ops().FailPinsFrom(0);
-        ops().FailCopiesFrom(0);
-        if (stats.ok()) break;
-        ++failures;
-        SCOPED_TRACE("failing from " + std::to_string(k));
-        EXPECT_NE(
-            stats.status().message().find(pins ? "injected pin failure" : "injected copy failure"),
-            std::string::npos)
-            << stats.status().ToString();
-        EXPECT_NE(stats.status().message().find(path), std::string::npos)
-            << stats.status().ToString();
-        EXPECT_EQ(ops().pinned_ranges(), 0u);
-        EXPECT_EQ(ckfmt_test::ReadFileBytes(path), before);
-        EXPECT_EQ(ListDir(dir_), std::vector<std::string>{"ck"});
-      }
+      };
+      int failures = ckfmt_test::SweepFaults(
+          fail_from, [&] { return DistSave(comm, path, local, o).status(); },
+          [&](const Status& s) {
+            EXPECT_NE(s.message().find(pins ? "injected pin failure" : "injected copy failure"),
+                      std::string::npos)
+                << s.ToString();
+            EXPECT_NE(s.message().find(path), std::string::npos) << s.ToString();
+            EXPECT_EQ(ops().pinned_ranges(), 0u);
+            EXPECT_EQ(ckfmt_test::ReadFileBytes(path), before);
+            EXPECT_EQ(ListDir(dir_), std::vector<std::string>{"ck"});
+          });
       EXPECT_GE(failures, 1);
       EXPECT_TRUE(FileHoldsFull(path, full));
     }

@@ -18,6 +18,7 @@
 #include "ckfmt/verify.h"
 #include "ckfmt/writer.h"
 #include "io/block_io.h"
+#include "util/fault_sweep.h"
 #include "util/file_util.h"
 #include "util/temp_dir.h"
 #include "util/value_util.h"
@@ -108,20 +109,13 @@ class IoFaultTest : public ::testing::TestWithParam<IoBackend> {
   // that it names the file and EIO. Returns how many attempts failed.
   int Sweep(const std::string& path, const std::function<Status()>& attempt,
             const std::function<void(const Status&)>& check = {}) {
-    int failures = 0;
-    for (uint64_t k = 1; k <= 5000; ++k) {
-      faults_.FailFrom(faults_.transfers() + k);
-      Status s = attempt();
-      faults_.FailFrom(0);
-      if (s.ok()) return failures;
-      ++failures;
-      SCOPED_TRACE("transfer " + std::to_string(k) + " failing");
-      EXPECT_NE(s.message().find(path), std::string::npos) << s.ToString();
-      EXPECT_NE(s.message().find(std::strerror(EIO)), std::string::npos) << s.ToString();
-      if (check) check(s);
-    }
-    ADD_FAILURE() << "still failing with the first 5000 transfers working";
-    return failures;
+    return SweepFaults(
+        [&](uint64_t k) { faults_.FailFrom(k ? faults_.transfers() + k : 0); }, attempt,
+        [&](const Status& s) {
+          EXPECT_NE(s.message().find(path), std::string::npos) << s.ToString();
+          EXPECT_NE(s.message().find(std::strerror(EIO)), std::string::npos) << s.ToString();
+          if (check) check(s);
+        });
   }
 
   IoFaults faults_;

@@ -11,6 +11,7 @@
 #include "ckfmt/reader.h"
 #include "ckfmt/writer.h"
 #include "gpu/device_test_util.h"
+#include "util/fault_sweep.h"
 #include "util/file_util.h"
 #include "util/temp_dir.h"
 #include "util/value_util.h"
@@ -32,34 +33,27 @@ class DeviceFaultTest : public SimulatedDeviceTest {
   // left nothing pinned. Returns how many attempts failed.
   int Sweep(Fault fault, const std::function<Status()>& attempt,
             const std::function<void(const Status&)>& check, bool holds_pins = false) {
-    int failures = 0;
-    for (uint64_t k = 1; k <= kMaxAttempts; ++k) {
+    auto fail_from = [&](uint64_t k) {
       switch (fault) {
         case Fault::kPin:
-          ops().FailPinsFrom(ops().pins() + k);
+          ops().FailPinsFrom(k ? ops().pins() + k : 0);
           break;
         case Fault::kCopy:
-          ops().FailCopiesFrom(ops().copies() + k);
+          ops().FailCopiesFrom(k ? ops().copies() + k : 0);
           break;
         case Fault::kAllocation:
-          ops().FailAllocationsFrom(ops().allocate_calls() + k);
+          ops().FailAllocationsFrom(k ? ops().allocate_calls() + k : 0);
           break;
       }
-      Status s = attempt();
-      ops().FailPinsFrom(0);
-      ops().FailCopiesFrom(0);
-      ops().FailAllocationsFrom(0);
-      if (s.ok()) return failures;
-      ++failures;
-      SCOPED_TRACE(std::string(Name(fault)) + " " + std::to_string(k) + " failing");
+    };
+    return SweepFaults(fail_from, attempt, [&](const Status& s) {
+      SCOPED_TRACE(std::string(Name(fault)) + " failing");
       EXPECT_NE(s.message().find(Injected(fault)), std::string::npos) << s.ToString();
       if (!holds_pins) {
         EXPECT_EQ(ops().pinned_ranges(), 0u) << "host memory left pinned after " << s.ToString();
       }
       check(s);
-    }
-    ADD_FAILURE() << "still failing with the first " << kMaxAttempts << " working";
-    return failures;
+    });
   }
   static const char* Name(Fault fault) {
     switch (fault) {
@@ -84,7 +78,6 @@ class DeviceFaultTest : public SimulatedDeviceTest {
     }
     return "?";
   }
-  static constexpr uint64_t kMaxAttempts = 2000;
 };
 
 // The tests that pins and copies fail in alike.
