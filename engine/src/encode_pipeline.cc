@@ -4,12 +4,14 @@
 #include <map>
 
 #include "ckfmt/checksum.h"
+#include "device/device_ops.h"  // DeviceName
 
 namespace ckfmt {
 
 EncodePipeline::EncodePipeline(ThreadPool& pool, Codec codec, int level, size_t ring,
-                               size_t max_chunk, Sink sink)
-    : pool_(pool), codec_(codec), level_(level), sink_(std::move(sink)),
+                               size_t max_chunk, Sink sink, Fetch fetch, OnError on_error)
+    : pool_(pool), codec_(codec), level_(level), sink_(std::move(sink)), fetch_(std::move(fetch)),
+      on_error_(std::move(on_error)),
       capacity_(MaxEncodedSize(codec, max_chunk)), ring_(std::max<size_t>(1, ring)) {
   for (Slot& s : ring_) s.scratch.reset(new uint8_t[capacity_]);
 }
@@ -66,13 +68,19 @@ std::vector<size_t> SpreadElementSizes(const std::vector<ChunkJob>& jobs) {
   return order;
 }
 
-void EncodePipeline::Encode(Slot& slot) const {
-  auto r = EncodeForStorage(codec_, level_, slot.job, slot.scratch.get(), capacity_);
-  if (r.ok()) {
-    slot.stored = *r;
-  } else {
-    slot.error = r.status();
+void EncodePipeline::Encode(Slot& slot) const { slot.error = Encoded(slot); }
+
+Status EncodePipeline::Encoded(Slot& slot) const {
+  ChunkJob job = slot.job;
+  if (job.device.type != DeviceType::kCPU) {
+    if (!fetch_) return Status::Internal("a chunk on " + DeviceName(job.device) + " to encode");
+    CKFMT_ASSIGN_OR_RETURN(FetchedChunk fetched, fetch_(job));
+    slot.hold = std::move(fetched.hold);
+    job.src = fetched.data;
   }
+  CKFMT_ASSIGN_OR_RETURN(slot.stored,
+                         EncodeForStorage(codec_, level_, job, slot.scratch.get(), capacity_));
+  return Status::OK();
 }
 
 bool EncodePipeline::EncodeNext(std::unique_lock<std::mutex>& lock) {
@@ -92,7 +100,10 @@ Status EncodePipeline::Deliver(std::unique_lock<std::mutex>& lock) {
   Slot& slot = At(delivered_);
   // The slot is ours until delivered_ moves on: no encoder claims it.
   lock.unlock();
-  Status s = slot.error.ok() ? sink_(slot.job, slot.stored) : slot.error;
+  Status s = slot.error.ok() ? sink_(slot.job, slot.stored)
+             : on_error_     ? on_error_(slot.job, slot.error)
+                             : slot.error;
+  slot.hold.reset();
   lock.lock();
   if (s.ok()) ++delivered_;
   return s;
@@ -148,6 +159,7 @@ void EncodePipeline::Cancel() {
   queued_ = claimed_;
   cv_.wait(lock, [&] { return encoding_ == 0; });
   delivered_ = claimed_ = queued_;
+  for (Slot& slot : ring_) slot.hold.reset();
 }
 
 }  // namespace ckfmt

@@ -1,4 +1,4 @@
-// Compressed chunks of host data, encoded ahead and placed in order.
+// Compressed chunks, encoded ahead and placed in order.
 //
 // A chunk's place in the file follows from the encoded sizes of the chunks
 // before it, so encoding in batches and then placing each batch leaves the
@@ -8,7 +8,8 @@
 // a sink strictly in queue order (so a file's bytes depend only on its
 // input) and, whenever the next chunk in order is not ready, encodes a later
 // one itself. Memory is the ring: a few encoded chunks, whatever the
-// checkpoint's size.
+// checkpoint's size. Chunks on a GPU are fetched into host memory by the
+// worker that encodes them, so their file is the one their host twins make.
 #pragma once
 
 #include <condition_variable>
@@ -19,16 +20,25 @@
 #include <vector>
 
 #include "ckfmt/codec.h"
+#include "ckfmt/tensor.h"  // Device
 #include "thread_pool.h"
 
 namespace ckfmt {
 
 // One chunk to write: its raw bytes and the piece it belongs to.
 struct ChunkJob {
-  const uint8_t* src;
+  const uint8_t* src;  // in host memory, or on `device`
   uint64_t size;
   size_t element_size;
   size_t entry, piece;  // IndexRecord::entries[entry].pieces[piece]
+  Device device{};
+};
+
+// A device chunk's raw bytes, fetched into host memory to be encoded;
+// `hold` keeps them there until the chunk has reached the sink.
+struct FetchedChunk {
+  const uint8_t* data;
+  std::shared_ptr<void> hold;
 };
 
 // What to store for a chunk.
@@ -64,10 +74,16 @@ class EncodePipeline {
   // Called on the thread that calls Push()/Drain(), once per chunk, in
   // queue order; `stored.data` is valid only during the call.
   using Sink = std::function<Status(const ChunkJob&, const StoredChunk& stored)>;
+  // Called on any thread for each job on a device, for its raw bytes.
+  using Fetch = std::function<Result<FetchedChunk>(const ChunkJob&)>;
+  // Called on the thread that calls Push()/Drain() with a chunk's failed
+  // fetch or encode; returns the error to report (naming the chunk, say).
+  using OnError = std::function<Status(const ChunkJob&, const Status&)>;
 
   // `ring` >= 1 scratch buffers of MaxEncodedSize(codec, max_chunk) bytes.
-  EncodePipeline(ThreadPool& pool, Codec codec, int level, size_t ring, size_t max_chunk,
-                 Sink sink);
+  // Without `fetch`, a job on a device fails.
+  EncodePipeline(ThreadPool& pool, Codec codec, int level, size_t ring, size_t max_chunk, Sink sink,
+                 Fetch fetch = {}, OnError on_error = {});
   ~EncodePipeline();
 
   // Queues a chunk, first handing finished ones to the sink, and encoding
@@ -79,7 +95,7 @@ class EncodePipeline {
   // Hands every queued chunk to the sink; on an error as Push().
   Status Drain();
   // Drops the queued chunks and waits for those being encoded: afterwards
-  // nothing reads a job's source any more.
+  // nothing reads a job's source any more, and no fetched bytes are held.
   void Cancel();
 
  private:
@@ -88,6 +104,7 @@ class EncodePipeline {
     // not by the constructor, while the first writes wait.
     std::unique_ptr<uint8_t[]> scratch;
     ChunkJob job{};
+    std::shared_ptr<void> hold;  // fetched bytes the stored chunk may point at
     bool done = false;
     Status error;
     StoredChunk stored{};
@@ -100,11 +117,14 @@ class EncodePipeline {
   // Returns `s`; on an error first releases the lock and Cancel()s.
   Status CancelOnError(std::unique_lock<std::mutex>& lock, Status s);
   void Encode(Slot& slot) const;
+  Status Encoded(Slot& slot) const;
 
   ThreadPool& pool_;
   const Codec codec_;
   const int level_;
   const Sink sink_;
+  const Fetch fetch_;
+  const OnError on_error_;
   const size_t capacity_;  // of each scratch buffer
   std::vector<Slot> ring_;
   std::mutex mu_;

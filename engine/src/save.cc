@@ -46,7 +46,7 @@ Result<std::unique_ptr<CheckpointWriter>> BeginSave(const std::string& path,
                                    ValueKindName(state_dict.kind()));
   }
   CKFMT_ASSIGN_OR_RETURN(auto writer, CheckpointWriter::Create(path, options));
-  writer->DeferHostReads();  // the caller keeps the state until Flush() or Commit()
+  writer->DeferReads();  // the caller keeps the state until Flush() or Commit()
   uint64_t bytes = 0;
   VisitValues(state_dict, [&](const KeyPath&, const Value& v) {
     if (v.kind() == Value::Kind::kTensor) bytes += v.as_tensor().nbytes();

@@ -41,7 +41,7 @@ class CheckpointWriter::Impl {
                         uint32_t rank, const void* data, Device device);
   Status AddSavedLayout(const KeyPath& path, ShardRecord shard);
   Status MarkPartial(const KeyPath& path);
-  void DeferHostReads() { defer_host_reads_ = true; }
+  void DeferReads() { defer_reads_ = true; }
   void ExpectBytes(uint64_t bytes) {
     // Each chunk, and each piece's last one, is padded to 4096.
     const uint64_t chunk = std::min<uint64_t>(opts_.chunk_size, kMaxChunkRawSize);
@@ -61,11 +61,11 @@ class CheckpointWriter::Impl {
   Status CheckUsable() const;
   Result<EntryRecord*> FindTensor(const KeyPath& path);
   Result<EntryRecord*> NewEntry(const KeyPath& path, EntryKind kind);
-  // Appends `piece` to entry `entry` and queues its data as chunks of
-  // `chunk_raw` bytes; writes every full batch, and the rest too unless
-  // host reads are deferred.
+  // Appends `piece` to entry `entry` and queues its data (on `device`) as
+  // chunks of `chunk_raw` bytes; writes every full batch, and the rest too
+  // unless reads are deferred.
   Status AddPieceData(size_t entry, PieceRecord piece, const uint8_t* data, uint64_t size,
-                      uint64_t chunk_raw, size_t element_size);
+                      uint64_t chunk_raw, size_t element_size, Device device = {});
   // The raw size of the next uncompressed chunk, at most `n`: one that
   // would cross a multiple of the chunk size in the file ends there.
   uint64_t FitToChunkGrid(uint64_t n, size_t element_size) const;
@@ -74,11 +74,16 @@ class CheckpointWriter::Impl {
   Status WriteBatch(const std::vector<ChunkJob>& batch);
   // The sink of pipeline_: stores one encoded chunk.
   Status PutEncoded(const ChunkJob& job, const StoredChunk& stored);
+  // pipeline_'s fetch: a device chunk's raw bytes, in a pinned bounce buffer.
+  Result<FetchedChunk> FetchChunk(const ChunkJob& job);
+  // pipeline_'s errors: a device chunk's names its key and device.
+  Status ChunkError(const ChunkJob& job, const Status& error) const;
   void Record(const ChunkJob& job, const ChunkRecord& rec);
   // The stream for data on `device`, setting up device staging first.
   Result<DeviceStream*> DeviceStreamFor(Device device);
-  // Enqueues device -> host copies of the batch's chunks into dst[i] (pinned)
-  // and a fence after each; on failure, waits until nothing is in flight.
+  // Enqueues device -> host copies of the batch's chunks into dst[i] (pinned
+  // staging slots) and a fence after each; on failure, waits until nothing
+  // is in flight.
   Status FetchFromDevice(const std::vector<ChunkJob>& batch, const std::vector<uint8_t*>& dst,
                          std::vector<uint64_t>* fences);
 
@@ -89,22 +94,22 @@ class CheckpointWriter::Impl {
   std::unique_ptr<StagedOutput> out_;
   std::unique_ptr<SyncBehind> sync_behind_;  // uses file_: goes before it closes
   size_t batch_max_ = 1;
-  // Compressed host chunks stream through the pipeline; the batches take
-  // uncompressed and device chunks.
-  std::unique_ptr<EncodePipeline> pipeline_;
-  std::vector<AlignedBuffer> scratch_;  // per batch slot, for compressed device chunks
   // GPU data: set up by the first device piece (pins the slots); stream_ is
-  // the stream of the piece being written, nullptr for host data.
+  // the stream of the uncompressed piece being written, nullptr for host
+  // data. Before pipeline_, which may hold its bounce buffers.
   std::unique_ptr<DeviceStaging> device_;
   DeviceStream* stream_ = nullptr;
+  // Compressed chunks, host and device ones, stream through the pipeline;
+  // the batches take uncompressed chunks.
+  std::unique_ptr<EncodePipeline> pipeline_;
   // Host chunks not yet written. With deferred reads they accumulate across
   // calls, so a state of many small tensors still fills every batch (and
   // every core) instead of writing one chunk per tensor.
   std::vector<ChunkJob> queued_;
-  // Deferred host chunks for pipeline_, pushed at the next flush in an
-  // order that evens out the encoders' work (SpreadElementSizes).
+  // Deferred chunks for pipeline_, pushed at the next flush in an order
+  // that evens out the encoders' work (SpreadElementSizes).
   std::vector<ChunkJob> deferred_;
-  bool defer_host_reads_ = false;
+  bool defer_reads_ = false;
   IndexRecord index_;
   std::map<KeyPath, size_t> entry_pos_;
   WriteStats stats_;
@@ -168,10 +173,10 @@ Status CheckpointWriter::Impl::Open() {
     // 0.98-1.19 against 0.93-1.02 with two).
     pipeline_ = std::make_unique<EncodePipeline>(
         pool_, opts_.codec, opts_.level, pool_.size() + 6, chunk_max,
-        [this](const ChunkJob& job, const StoredChunk& c) { return PutEncoded(job, c); });
-    // The pipeline fills one slot at a time; device batches need room for
-    // a whole batch of reservations.
-    slots = std::max(budget + 1 + ahead, batch_max_ + 2);
+        [this](const ChunkJob& job, const StoredChunk& c) { return PutEncoded(job, c); },
+        [this](const ChunkJob& job) { return FetchChunk(job); },
+        [this](const ChunkJob& job, const Status& error) { return ChunkError(job, error); });
+    slots = budget + 1 + ahead;
   }
   CKFMT_ASSIGN_OR_RETURN(out_, StagedOutput::Create(file_, opts_.io, block, slots));
   out_->LimitWrites(write_limit);
@@ -367,12 +372,17 @@ Status CheckpointWriter::Impl::AddTensorPiece(const KeyPath& path, DType dtype, 
                             : check(static_cast<const uint8_t*>(data), region.NumElements(), 0);
     CKFMT_RETURN_IF_ERROR(checked.WithContext(where));
   }
-  if (stream) CKFMT_RETURN_IF_ERROR(FlushChunks());  // device batches stay per piece
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  const uint64_t size = region.NumElements() * esize;
+  if (pipeline_) {
+    // Compressed: device chunks are queued like host ones (ChunkError names them).
+    return AddPieceData(pos, PieceRecord{rank, region, {}}, bytes, size, chunk_raw, esize,
+                        stream ? device : Device{});
+  }
+  // Uncompressed device batches stay per piece, copied straight into staging.
+  if (stream) CKFMT_RETURN_IF_ERROR(FlushChunks());
   stream_ = stream;
-  Status written = AddPieceData(pos, PieceRecord{rank, region, {}},
-                                static_cast<const uint8_t*>(data), region.NumElements() * esize,
-                                chunk_raw, esize);
-  if (stream && written.ok()) written = FlushChunks();
+  Status written = AddPieceData(pos, PieceRecord{rank, region, {}}, bytes, size, chunk_raw, esize);
   stream_ = nullptr;
   if (!written.ok()) return stream ? written.WithContext(where + " on " + DeviceName(device)) : written;
   return Status::OK();
@@ -413,18 +423,18 @@ Status CheckpointWriter::Impl::FetchFromDevice(const std::vector<ChunkJob>& batc
   return Status::OK();
 }
 
-Status CheckpointWriter::Impl::AddPieceData(size_t entry, PieceRecord piece,
-                                            const uint8_t* data, uint64_t size,
-                                            uint64_t chunk_raw, size_t element_size) {
+Status CheckpointWriter::Impl::AddPieceData(size_t entry, PieceRecord piece, const uint8_t* data,
+                                            uint64_t size, uint64_t chunk_raw, size_t element_size,
+                                            Device device) {
   std::vector<PieceRecord>& pieces = index_.entries[entry].pieces;
   pieces.push_back(std::move(piece));
   for (uint64_t off = 0; off < size;) {
     uint64_t n = std::min(chunk_raw, size - off);
     if (opts_.codec == Codec::kNone) n = FitToChunkGrid(n, element_size);
-    ChunkJob job{data + off, n, element_size, entry, pieces.size() - 1};
+    ChunkJob job{data + off, n, element_size, entry, pieces.size() - 1, device};
     off += n;
-    if (pipeline_ && !stream_) {
-      if (defer_host_reads_) {
+    if (pipeline_) {
+      if (defer_reads_) {
         deferred_.push_back(job);
       } else {
         CKFMT_RETURN_IF_ERROR(pipeline_->Push(job));
@@ -437,7 +447,8 @@ Status CheckpointWriter::Impl::AddPieceData(size_t entry, PieceRecord piece,
       queued_.clear();
     }
   }
-  return defer_host_reads_ && !stream_ ? Status::OK() : FlushChunks();
+  // Uncompressed device chunks are written before the piece's call returns.
+  return defer_reads_ && !stream_ ? Status::OK() : FlushChunks();
 }
 
 // Uncompressed chunks do not cross multiples of the chunk size in the file,
@@ -458,7 +469,6 @@ uint64_t CheckpointWriter::Impl::FitToChunkGrid(uint64_t n, size_t element_size)
 }
 
 Status CheckpointWriter::Impl::FlushChunks() {
-  // Pipelined chunks came first: a device piece drains it before it starts.
   if (pipeline_) {
     for (size_t i : SpreadElementSizes(deferred_)) {
       CKFMT_RETURN_IF_ERROR(pipeline_->Push(deferred_[i]));
@@ -472,93 +482,69 @@ Status CheckpointWriter::Impl::FlushChunks() {
   return s;
 }
 
-// Encodes and checksums a batch of chunks on the pool while earlier slots
-// are being written, then hands the filled slots to the I/O backend.
+// Copies and checksums a batch of uncompressed chunks into their places in
+// staging while earlier slots are being written, then hands the filled
+// slots to the I/O backend. (Compressed chunks go through pipeline_.)
 Status CheckpointWriter::Impl::WriteBatch(const std::vector<ChunkJob>& batch) {
   const size_t n = batch.size();
-  const Codec codec = opts_.codec;
   std::vector<ChunkRecord> recs(n);
-  std::vector<Status> errors(n);
-  if (codec == Codec::kNone) {
-    // Sizes are known: reserve every chunk's place first, then copy and
-    // checksum all of them in parallel.
-    std::vector<uint8_t*> dst(n);
-    for (size_t i = 0; i < n; ++i) {
-      CKFMT_ASSIGN_OR_RETURN(auto space, out_->Reserve(batch[i].size));
-      dst[i] = space.data;
-      recs[i] = {space.file_offset, batch[i].size, batch[i].size, 0, uint8_t(Codec::kNone)};
-      out_->Commit(batch[i].size);
-    }
-    if (stream_) {
-      // Device data lands straight in its place in the pinned slots; each
-      // chunk is checksummed as soon as its copy is done.
-      std::vector<uint64_t> fences;
-      CKFMT_RETURN_IF_ERROR(FetchFromDevice(batch, dst, &fences));
-      pool_.ParallelFor(n, [&](size_t i) {
-        errors[i] = stream_->Wait(fences[i]);
-        if (errors[i].ok()) recs[i].checksum = Checksum(dst[i], batch[i].size);
-      });
-      for (const Status& s : errors) CKFMT_RETURN_IF_ERROR(s);
-    } else if (n == 1) {
-      // One copying thread (see Open()): this one, in pieces, polling the
-      // disk between them, so that writes the disk ended while it copied
-      // are replaced at once by slots filled ahead, not after the copy.
-      ChecksumStream sum;
-      for (uint64_t off = 0; off < batch[0].size; off += kPollBytes) {
-        const uint64_t len = std::min<uint64_t>(kPollBytes, batch[0].size - off);
-        sum.CopyAndUpdate(dst[0] + off, batch[0].src + off, len);
-        CKFMT_RETURN_IF_ERROR(out_->Poll());
-      }
-      recs[0].checksum = sum.Digest();
-    } else {
-      pool_.ParallelFor(n, [&](size_t i) {
-        recs[i].checksum = CopyAndChecksum(dst[i], batch[i].src, batch[i].size);
-      });
-    }
-  } else {
-    // Device data (host data goes through pipeline_). Encoded sizes are
-    // known only afterwards: encode into scratch in parallel, then reserve
-    // places in order and copy into them.
-    const size_t capacity = MaxEncodedSize(codec, std::min(opts_.chunk_size, kMaxChunkRawSize));
-    while (scratch_.size() < n) scratch_.emplace_back(capacity);
-    // The chunks' raw bytes, in pinned bounce buffers.
-    std::vector<uint8_t*> src(n);
-    std::vector<PinnedPool::Lease> bounce;
+  // Sizes are known: reserve every chunk's place first, then copy and
+  // checksum all of them in parallel.
+  std::vector<uint8_t*> dst(n);
+  for (size_t i = 0; i < n; ++i) {
+    CKFMT_ASSIGN_OR_RETURN(auto space, out_->Reserve(batch[i].size));
+    dst[i] = space.data;
+    recs[i] = {space.file_offset, batch[i].size, batch[i].size, 0, uint8_t(Codec::kNone)};
+    out_->Commit(batch[i].size);
+  }
+  if (stream_) {
+    // Device data lands straight in its place in the pinned slots; each
+    // chunk is checksummed as soon as its copy is done.
     std::vector<uint64_t> fences;
-    for (size_t i = 0; i < n; ++i) {
-      CKFMT_ASSIGN_OR_RETURN(PinnedPool::Lease lease, device_->Bounce());
-      bounce.push_back(std::move(lease));
-      src[i] = bounce.back().data();
-    }
-    CKFMT_RETURN_IF_ERROR(FetchFromDevice(batch, src, &fences));
-    std::vector<StoredChunk> stored(n);
+    std::vector<Status> errors(n);
+    CKFMT_RETURN_IF_ERROR(FetchFromDevice(batch, dst, &fences));
     pool_.ParallelFor(n, [&](size_t i) {
-      if (!(errors[i] = stream_->Wait(fences[i])).ok()) return;
-      ChunkJob job = batch[i];
-      job.src = src[i];
-      auto r = EncodeForStorage(codec, opts_.level, job, scratch_[i].data(), capacity);
-      if (r.ok()) {
-        stored[i] = *r;
-      } else {
-        errors[i] = r.status();
-      }
+      errors[i] = stream_->Wait(fences[i]);
+      if (errors[i].ok()) recs[i].checksum = Checksum(dst[i], batch[i].size);
     });
-    // Places follow from the sizes, in order; the copies into them then run
-    // in parallel too, so no core idles while one thread copies.
-    std::vector<uint8_t*> place(n);
-    for (size_t i = 0; i < n; ++i) {
-      CKFMT_RETURN_IF_ERROR(errors[i]);
-      CKFMT_ASSIGN_OR_RETURN(auto space, out_->Reserve(stored[i].size));
-      place[i] = space.data;
-      recs[i] = {space.file_offset, stored[i].size, batch[i].size, stored[i].checksum,
-                 uint8_t(stored[i].codec)};
-      out_->Commit(stored[i].size);
+    for (const Status& s : errors) CKFMT_RETURN_IF_ERROR(s);
+  } else if (n == 1) {
+    // One copying thread (see Open()): this one, in pieces, polling the
+    // disk between them, so that writes the disk ended while it copied
+    // are replaced at once by slots filled ahead, not after the copy.
+    ChecksumStream sum;
+    for (uint64_t off = 0; off < batch[0].size; off += kPollBytes) {
+      const uint64_t len = std::min<uint64_t>(kPollBytes, batch[0].size - off);
+      sum.CopyAndUpdate(dst[0] + off, batch[0].src + off, len);
+      CKFMT_RETURN_IF_ERROR(out_->Poll());
     }
-    pool_.ParallelFor(n, [&](size_t i) { std::memcpy(place[i], stored[i].data, stored[i].size); });
+    recs[0].checksum = sum.Digest();
+  } else {
+    pool_.ParallelFor(n, [&](size_t i) {
+      recs[i].checksum = CopyAndChecksum(dst[i], batch[i].src, batch[i].size);
+    });
   }
   CKFMT_RETURN_IF_ERROR(out_->SubmitReady());
   for (size_t i = 0; i < n; ++i) Record(batch[i], recs[i]);
   return Status::OK();
+}
+
+// On an encoder: a chunk's bytes copied device -> pinned bounce buffer,
+// held until the chunk is stored (a chunk stored raw points at them).
+Result<FetchedChunk> CheckpointWriter::Impl::FetchChunk(const ChunkJob& job) {
+  // device_ was set up on the calling thread when the piece was added.
+  CKFMT_ASSIGN_OR_RETURN(DeviceStream * stream, device_->Stream(job.device));
+  CKFMT_ASSIGN_OR_RETURN(PinnedPool::Lease lease, device_->Bounce());
+  CKFMT_RETURN_IF_ERROR(stream->CopyToHost(lease.data(), job.src, job.size));
+  CKFMT_RETURN_IF_ERROR(stream->Synchronize());
+  auto held = std::make_shared<PinnedPool::Lease>(std::move(lease));
+  return FetchedChunk{held->data(), held};
+}
+
+Status CheckpointWriter::Impl::ChunkError(const ChunkJob& job, const Status& error) const {
+  if (job.device.type == DeviceType::kCPU) return error;
+  return error.WithContext(path_ + ": " + FormatKeyPath(index_.entries[job.entry].path) + " on " +
+                           DeviceName(job.device));
 }
 
 Status CheckpointWriter::Impl::PutEncoded(const ChunkJob& job, const StoredChunk& c) {
@@ -655,7 +641,7 @@ Status CheckpointWriter::AddTensorPiece(const KeyPath& p, DType t, const Shape& 
 Status CheckpointWriter::AddSavedLayout(const KeyPath& p, ShardRecord shard) {
   return impl_->Guard(impl_->AddSavedLayout(p, std::move(shard)));
 }
-void CheckpointWriter::DeferHostReads() { impl_->DeferHostReads(); }
+void CheckpointWriter::DeferReads() { impl_->DeferReads(); }
 void CheckpointWriter::ExpectBytes(uint64_t bytes) { impl_->ExpectBytes(bytes); }
 Status CheckpointWriter::Flush() { return impl_->Guard(impl_->Flush()); }
 Status CheckpointWriter::MarkPartial(const KeyPath& p) {

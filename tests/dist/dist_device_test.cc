@@ -84,6 +84,15 @@ TEST_F(DistDeviceSave, GpuAndHostEntriesRoundTripBitwise) {
     EXPECT_EQ(device_comm.gathered_bytes(), device_bytes);
 
     EXPECT_TRUE(FileHoldsFull(path, full));
+    // Compressed or not, the file is the one a save from host memory writes.
+    for (Codec codec : {Codec::kNone, Codec::kBytePlaneZstd}) {
+      DistSaveOptions host_options = Small(nullptr), device_options = Small(&device_comm);
+      host_options.save.codec = device_options.save.codec = codec;
+      ASSERT_TRUE(DistSave(comm, path + ".host", *host, host_options).ok());
+      ASSERT_TRUE(DistSave(comm, path, local, device_options).ok());
+      EXPECT_EQ(ckfmt_test::ReadFileBytes(path), ckfmt_test::ReadFileBytes(path + ".host"))
+          << CodecName(uint8_t(codec));
+    }
   }
 }
 

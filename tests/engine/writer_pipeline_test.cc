@@ -8,6 +8,8 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -148,6 +150,52 @@ TEST_P(EncodePipelineTest, DestroyedWithChunksQueued) {
   // Nothing after destruction may touch the pipeline or the sources.
   src.data.clear();
   EXPECT_LE(delivered.load(), 8u);
+}
+
+// Jobs "on a device" (here: their src is not readable, so only the fetch
+// can give their bytes) are encoded from what the fetch returns, which is
+// held until their turn at the sink and then let go; a failed fetch comes
+// back through the error hook at its turn.
+TEST_P(EncodePipelineTest, DeviceJobsAreEncodedFromTheirFetchedBytes) {
+  ThreadPool pool(GetParam());
+  Source src(24);
+  std::vector<ChunkJob> jobs = src.jobs;
+  for (size_t i = 1; i < jobs.size(); i += 2) {
+    jobs[i].src = nullptr;
+    jobs[i].device = Device{DeviceType::kCUDA, 1};
+  }
+  std::atomic<int> held{0};
+  std::mutex mu;
+  std::vector<std::weak_ptr<void>> holds;
+  auto fetch = [&](const ChunkJob& j) -> Result<FetchedChunk> {
+    EXPECT_EQ(j.device.index, 1);
+    if (j.entry == 17) return Status::IOError("copy failed");
+    ++held;
+    std::shared_ptr<void> hold(new int(0), [&](int* p) {
+      --held;
+      delete p;
+    });
+    std::lock_guard<std::mutex> l(mu);
+    holds.push_back(hold);
+    return FetchedChunk{src.data[j.entry].data(), hold};
+  };
+  auto on_error = [](const ChunkJob& j, const Status& e) {
+    return e.WithContext("chunk " + std::to_string(j.entry));
+  };
+  CheckingSink check{src, Codec::kZstd};
+  EncodePipeline p(
+      pool, Codec::kZstd, 1, 4, kChunk,
+      [&](const ChunkJob& j, const StoredChunk& c) {
+        EXPECT_LE(held.load(), 4) << "more fetched chunks held than the ring has slots";
+        return check(j, c);
+      },
+      fetch, on_error);
+  Status s;
+  for (size_t i = 0; i < jobs.size() && s.ok(); ++i) s = p.Push(jobs[i]);
+  if (s.ok()) s = p.Drain();
+  EXPECT_EQ(s.ToString(), "IOError: chunk 17: copy failed");
+  EXPECT_EQ(check.next, 17u);  // every chunk before it, none after
+  EXPECT_EQ(held.load(), 0) << "fetched bytes still held after the pipeline cancelled";
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, EncodePipelineTest, ::testing::Values(1u, 2u, 4u),

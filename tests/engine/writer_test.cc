@@ -208,7 +208,7 @@ TEST_F(WriterTest, StreamingEntriesOfEveryKind) {
   EXPECT_EQ(sd.Find({"e"})->as_bytes().data, "");
 }
 
-// Without DeferHostReads a caller may reuse its buffer as soon as a call
+// Without DeferReads a caller may reuse its buffer as soon as a call
 // returns; with it, after Flush(). Either way the file holds what each
 // buffer held at the time the contract promised it.
 TEST_F(WriterTest, BufferReuseAfterCallOrFlush) {
@@ -217,7 +217,7 @@ TEST_F(WriterTest, BufferReuseAfterCallOrFlush) {
       const std::string path = dir.File("reuse.ckfmt");
       auto w = CheckpointWriter::Create(path, SmallSaveOptions(codec));
       CKFMT_ASSERT_OK(w);
-      if (defer) (*w)->DeferHostReads();
+      if (defer) (*w)->DeferReads();
       Tensor a = RandomTensor(DType::kF32, {300, 50}, 11);
       Tensor b = RandomTensor(DType::kF32, {300, 50}, 12);
       const auto a_bytes = TensorBytes(a);

@@ -79,17 +79,20 @@ class CheckpointWriter {
   // piece of a path creates the entry; later ones must agree on dtype and
   // global shape. A whole tensor is one piece with Region::Whole(shape).
   // Data on a CUDA `device` (see cuda.h) is copied device -> pinned staging
-  // slot and written from there. REQUIRES for device data: the caller's
-  // own stream work that writes it has completed.
+  // slot and written from there; with a codec, device -> pinned bounce
+  // buffer, encoded from there. Either way the file is the one the same
+  // data in host memory makes. REQUIRES for device data: the caller's own
+  // stream work that writes it has completed.
   Status AddTensorPiece(const KeyPath& path, DType dtype, const Shape& global_shape,
                         const Region& region, uint32_t rank, const void* data,
                         Device device = {});
-  // From now on, host data given to AddBytes/AddTensorPiece may be read
-  // until the next Flush() or Commit() instead of during the call, so chunks
-  // of many small tensors are encoded and checksummed in parallel. An error
-  // in such data's write surfaces at a later call or at Commit().
-  // REQUIRES: that data stays valid and unchanged until then.
-  void DeferHostReads();
+  // From now on, data given to AddBytes/AddTensorPiece (host data, and with
+  // a codec device data too) may be read until the next Flush() or Commit()
+  // instead of during the call, so chunks of many small tensors are encoded
+  // and checksummed in parallel. An error in such data's write surfaces at
+  // a later call or at Commit(). REQUIRES: that data stays valid and
+  // unchanged until then.
+  void DeferReads();
   // Optional: about `bytes` of tensor and blob data will follow. Where the
   // file system can, the file is allocated for them at once (and trimmed on
   // commit), so that its writes go to the disk side by side. Save() says.
