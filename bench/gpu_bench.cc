@@ -17,7 +17,11 @@
 //     time, gathered and written from host memory), against the same bound;
 //   - with NCCL: the flattened DistSave of the same GPU state through a
 //     one-rank NCCL communicator (gathered into device buffers, written
-//     device -> pinned staging slot -> disk), against the same bound.
+//     device -> pinned staging slot -> disk), against the same bound;
+//   - a byte-plane Save() of a trained-like state of the same size (bf16
+//     weights, fp32 AdamW moments) from the GPU, against the same save of
+//     the same state from host memory next to it (logical bytes; the two
+//     files must be byte for byte the same).
 // Medians over the runs, with min-max.
 // Exits 0 with a "no GPU" line when no CUDA device is present.
 //
@@ -31,6 +35,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -40,6 +45,7 @@
 #include "ckfmt/reader.h"
 #include "ckfmt/writer.h"
 #include "measure.h"
+#include "realistic_values.h"
 
 #ifdef CKFMT_HAVE_NCCL
 #include "ckfmt/dist/nccl_communicator.h"
@@ -72,6 +78,20 @@ std::vector<double> Paired(const std::vector<double>& v, const std::vector<doubl
   return out;
 }
 using ckfmt::bench::kGiB;
+
+// Whether two files hold the same bytes, read a piece at a time.
+bool SameBytes(const std::string& a, const std::string& b) {
+  std::ifstream fa(a, std::ios::binary), fb(b, std::ios::binary);
+  std::vector<char> pa(64 << 20), pb(64 << 20);
+  while (fa && fb) {
+    fa.read(pa.data(), pa.size());
+    fb.read(pb.data(), pb.size());
+    if (fa.gcount() != fb.gcount() || std::memcmp(pa.data(), pb.data(), fa.gcount()) != 0) {
+      return false;
+    }
+  }
+  return fa.eof() && fb.eof();
+}
 
 void Check(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return;
@@ -142,6 +162,33 @@ int main(int argc, char** argv) {
   back_root.Set("model", back_model);
   ckfmt::Value state(root), back(back_root);
 
+  // A trained-like state of the same size for the compressed saves: half
+  // bf16 weights, half fp32 AdamW exp_avg, in host memory and on the GPU.
+  std::vector<ckfmt::Tensor> realistic_host;
+  ckfmt::bench::ParallelFill fill;
+  for (size_t i = 0; i < ntensors; ++i) {
+    const bool weights = i < ntensors / 2 || ntensors == 1;
+    const ckfmt::DType dtype = weights ? ckfmt::DType::kBF16 : ckfmt::DType::kF32;
+    const uint64_t n = tensor_bytes / ckfmt::DTypeSize(dtype);
+    realistic_host.push_back(ckfmt::Tensor::Empty(dtype, {n}));
+    fill.Add(weights ? ckfmt::bench::Realistic::kWeightBF16 : ckfmt::bench::Realistic::kExpAvg,
+             realistic_host.back().data(), n, ckfmt::DTypeSize(dtype));
+  }
+  fill.Run();
+  ckfmt::Dict real_host_model, real_gpu_model;
+  for (size_t i = 0; i < ntensors; ++i) {
+    const ckfmt::Tensor& h = realistic_host[i];
+    auto t = alloc(h.dtype(), h.shape(), {}, {});
+    Check(t.status(), "allocating");
+    Check(cudaMemcpy(t->data(), h.data(), h.nbytes(), cudaMemcpyHostToDevice), "upload");
+    real_host_model.Set("w" + std::to_string(i), h);
+    real_gpu_model.Set("w" + std::to_string(i), *t);
+  }
+  ckfmt::Dict real_host_root, real_gpu_root;
+  real_host_root.Set("model", real_host_model);
+  real_gpu_root.Set("model", real_gpu_model);
+  const ckfmt::Value real_host(real_host_root), real_gpu(real_gpu_root);
+
   // Pinned copy bandwidth, device <-> host, the whole state per copy.
   void* pinned = nullptr;
   Check(cudaHostAlloc(&pinned, tensor_bytes, cudaHostAllocDefault), "cudaHostAlloc");
@@ -172,7 +219,8 @@ int main(int argc, char** argv) {
   const std::string raw_path = dir + "/gpu_bench.raw";
   const std::string path = dir + "/gpu_bench.ckfmt";
   std::vector<double> raw_w, raw_r, save, load, blocked, blocked_ratio, dist_save, parallel_save;
-  std::vector<double> host_dist_save;
+  std::vector<double> host_dist_save, bp_gpu, bp_host, bp_ratio;
+  const std::string host_path = dir + "/gpu_bench.host.ckfmt";
   std::vector<double> budget_blocked, budget_ratio;
   RawIo rawio;
   ckfmt::dist::SingleCommunicator bootstrap;
@@ -217,6 +265,25 @@ int main(int argc, char** argv) {
     Check(ckfmt::dist::DistSave(bootstrap, path, state, parallel_options).status(),
           "parallel DistSave");
     parallel_save.push_back(bytes / kGiB / Since(t));
+
+    // Byte-plane saves of the trained-like state, from the GPU and from host
+    // memory, one after the other: the same work but for the D2H copies.
+    ckfmt::SaveOptions bp;
+    bp.codec = ckfmt::Codec::kBytePlaneZstd;
+    ::unlink(path.c_str());
+    t = Clock::now();
+    Check(ckfmt::Save(path, real_gpu, bp).status(), "byte-plane Save from the GPU");
+    bp_gpu.push_back(bytes / kGiB / Since(t));
+    ::unlink(host_path.c_str());
+    t = Clock::now();
+    Check(ckfmt::Save(host_path, real_host, bp).status(), "byte-plane Save from host memory");
+    bp_host.push_back(bytes / kGiB / Since(t));
+    bp_ratio.push_back(bp_gpu.back() / bp_host.back());
+    if (!SameBytes(path, host_path)) {
+      std::fprintf(stderr, "gpu_bench: the byte-plane files from the GPU and the host differ\n");
+      return 1;
+    }
+    ::unlink(host_path.c_str());
 
     ckfmt::AsyncSaver saver;
     for (int k = 0; k < 2; ++k) {  // the second save reuses the pinned arena
@@ -283,6 +350,9 @@ int main(int argc, char** argv) {
   std::printf("DistSave GPU->file, parallel (1 rank) %s = %.2f of min(D2H, raw write); paired %s\n",
               Rate(parallel_save).c_str(), Median(parallel_save) / bound_save,
               Spread(Paired(parallel_save, raw_w, Median(d2h))).c_str());
+  std::printf("byte-plane save of a trained-like state, GPU->file %s, host->file %s (logical "
+              "bytes); GPU / host, paired %s; the files byte for byte the same\n",
+              Rate(bp_gpu).c_str(), Rate(bp_host).c_str(), Spread(bp_ratio).c_str());
   std::printf("async save blocked %.3f s = %.2fx the pure D2H copy time (%.3f s)\n",
               Median(blocked), Median(blocked_ratio), d2h_s);
   std::printf("async save within a snapshot budget of 1/4 of the state: blocked %.3f s = %sx "

@@ -5,7 +5,8 @@
 # reports: NCCL's own start-up probes kernel images and reports errors it
 # handles); then three runs of ckfmt-bench-gpu (pinned copy bandwidth, raw
 # disk, GPU -> file save and file -> GPU load as fractions of min(copy,
-# disk), the NCCL DistSave, async-save blocked time); then, where python3
+# disk), the NCCL DistSave, async-save blocked time, a byte-plane save from
+# the GPU against the same from host memory); then, where python3
 # has torch with CUDA and safetensors, the side-by-side run on GPU tensors
 # (bench/compare/compare.py --device cuda: ckfmt through its C ABI beside
 # torch.save, DCP and safetensors, 2 GiB, 5 runs). The README's GPU tables
