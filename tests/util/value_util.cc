@@ -1,10 +1,12 @@
 #include "util/value_util.h"
 
 #include <cmath>
+#include <filesystem>
 #include <cstring>
 #include <limits>
 #include <random>
 
+#include "util/file_util.h"
 #include "util/region_ref.h"
 
 namespace ckfmt_test {
@@ -409,6 +411,16 @@ std::vector<std::string> TempNames(const std::vector<std::string>& names) {
     if (n.find(".tmp.") != std::string::npos) out.push_back(n);
   }
   return out;
+}
+
+void ExpectPreviousFileKept(const std::string& dir, const std::string& path,
+                            const std::string& before) {
+  EXPECT_TRUE(ReadFileBytes(path) == before) << path << " changed";
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    names.push_back(e.path().filename().string());
+  }
+  EXPECT_TRUE(TempNames(names).empty()) << ::testing::PrintToString(names);
 }
 
 }  // namespace ckfmt_test

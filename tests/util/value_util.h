@@ -93,6 +93,11 @@ class LogCapture {
 // Names in `names` that contain ".tmp." (writer temporaries).
 std::vector<std::string> TempNames(const std::vector<std::string>& names);
 
+// After a failed save to `path` in directory `dir`: the file holds
+// `before`, byte for byte, and no writer temporary is left beside it.
+void ExpectPreviousFileKept(const std::string& dir, const std::string& path,
+                            const std::string& before);
+
 }  // namespace ckfmt_test
 
 // ASSERT_OK / EXPECT_OK for Status and Result<T>.
