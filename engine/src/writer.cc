@@ -215,8 +215,14 @@ Status CheckpointWriter::Impl::CheckUsable() const {
 }
 
 Status CheckpointWriter::Impl::Guard(Status s) {
+  if (s.ok()) return s;
+  // An error about the temporary file (a failed write, say) names the
+  // checkpoint it was to become: the temporary is gone once the save fails.
+  if (!tmp_path_.empty() && s.message().find(tmp_path_) != std::string::npos) {
+    s = s.WithContext("saving " + path_);
+  }
   // "Already committed" is about the call, not the checkpoint.
-  if (!s.ok() && failed_.ok() && !done_) failed_ = s;
+  if (failed_.ok() && !done_) failed_ = s;
   return s;
 }
 
@@ -567,7 +573,7 @@ Status CheckpointWriter::Impl::Commit() {
     return s;
   }
   auto fail = [&](Status s) {
-    (void)Guard(s);
+    s = Guard(s);
     Abort();
     return s;
   };

@@ -131,7 +131,11 @@ TEST_P(IoFaultTest, SavesKeepThePreviousCheckpoint) {
     const std::string before = ReadFileBytes(path);
     int failures = Sweep(
         path, [&] { return Save(path, state, Saving(codec)).status(); },
-        [&](const Status&) { ExpectPreviousFileKept(dir.path(), path, before); });
+        [&](const Status& s) {
+          ExpectPreviousFileKept(dir.path(), path, before);
+          // Not only the temporary, which is gone: the checkpoint it was for.
+          EXPECT_EQ(s.message().rfind("saving " + path + ": ", 0), 0u) << s.ToString();
+        });
     EXPECT_GE(failures, 2);
     Value back{Dict{}};
     CKFMT_ASSERT_OK(Load(path, &back, {}, Reading()));
