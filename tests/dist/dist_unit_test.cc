@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -19,7 +20,9 @@
 #include "ckfmt/verify.h"
 #include "ckfmt/writer.h"
 #include "dist_test_util.h"
+#include "util/fault_sweep.h"
 #include "util/file_util.h"
+#include "util/io_faults.h"
 #include "util/raw_file.h"
 
 namespace {
@@ -283,6 +286,55 @@ TEST(DistSave, RegionThatDoesNotMatchTheTensorIsRefused) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("rank 0: w: shard region"), std::string::npos)
       << s.status().message();
+}
+
+// A disk that fails a write or a read (EIO), each transfer in turn: a
+// one-rank distributed save in either mode keeps the old file with no
+// temporary beside it, and a resharding load says what failed where.
+TEST(DistIoFaults, EveryFailedTransferKeepsTheOldFileOrFailsTheLoadClearly) {
+  TempDir dir;
+  SingleCommunicator comm;
+  Value full = MakeFullState(5);
+  auto local = ShardStateDict(full, MakeLayout(LayoutKind::kFsdp2, full, 1, 0));
+  ASSERT_TRUE(local.ok()) << local.status().ToString();
+  const std::string path = dir.File("ck");
+  ckfmt_test::IoFaults faults;
+  auto fail_from = [&](uint64_t k) { faults.FailFrom(k ? faults.transfers() + k : 0); };
+  auto names_path_and_eio = [&](const Status& s) {
+    EXPECT_NE(s.message().find(path), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find(std::strerror(EIO)), std::string::npos) << s.ToString();
+  };
+  for (SaveMode mode : {SaveMode::kFlattened, SaveMode::kParallel}) {
+    for (Codec codec : {Codec::kNone, Codec::kBytePlaneZstd}) {
+      SCOPED_TRACE(std::string(SaveModeName(mode)) + ", " + std::string(CodecName(uint8_t(codec))));
+      DistSaveOptions o;
+      o.mode = mode;
+      o.memory_budget = 4096;
+      o.save.chunk_size = 1024;
+      o.save.fsync = false;
+      ASSERT_TRUE(DistSave(comm, path, MakeFullState(6), o).ok());
+      const std::string before = ckfmt_test::ReadFileBytes(path);
+      o.save.codec = codec;
+      int failures = ckfmt_test::SweepFaults(
+          fail_from, [&] { return DistSave(comm, path, *local, o).status(); },
+          [&](const Status& s) {
+            names_path_and_eio(s);
+            EXPECT_EQ(ckfmt_test::ReadFileBytes(path), before);
+            EXPECT_EQ(ListDir(dir.path()), std::vector<std::string>{"ck"});
+          });
+      EXPECT_GE(failures, 1);
+      EXPECT_TRUE(FileHoldsFull(path, full));
+    }
+  }
+  int failures = ckfmt_test::SweepFaults(
+      fail_from,
+      [&]() -> Status {
+        auto reader = CheckpointReader::Open(path);
+        if (!reader.ok()) return reader.status();
+        return LoadRankState(**reader, MakeLayout(LayoutKind::kFsdp1, full, 2, 1)).status();
+      },
+      names_path_and_eio);
+  EXPECT_GE(failures, 1);
 }
 
 TEST(LoadSharded, ReconstructsMissingEntriesAsShards) {

@@ -7,19 +7,16 @@
 // and the next attempt working.
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <mutex>
-#include <set>
 
 #include "ckfmt/async_save.h"
 #include "ckfmt/reader.h"
 #include "ckfmt/verify.h"
 #include "ckfmt/writer.h"
-#include "io/block_io.h"
 #include "util/fault_sweep.h"
 #include "util/file_util.h"
+#include "util/io_faults.h"
 #include "util/temp_dir.h"
 #include "util/value_util.h"
 
@@ -27,69 +24,6 @@ namespace {
 
 using namespace ckfmt;
 using namespace ckfmt_test;
-
-// Counts the transfers of every BlockIo made while it is installed; the
-// transfer number `fail_from` and every later one report EIO when they
-// complete (the bytes may have moved: a disk reports errors late too).
-class IoFaults {
- public:
-  IoFaults() {
-    SetBlockIoWrapper([this](const File& file, std::unique_ptr<BlockIo> io) {
-      return std::unique_ptr<BlockIo>(new Faulty(this, file.path(), std::move(io)));
-    });
-  }
-  ~IoFaults() { SetBlockIoWrapper(nullptr); }
-
-  void FailFrom(uint64_t k) { fail_from_ = k; }
-  uint64_t transfers() const { return transfers_; }
-
- private:
-  class Faulty final : public BlockIo {
-   public:
-    Faulty(IoFaults* faults, std::string path, std::unique_ptr<BlockIo> io)
-        : faults_(faults), path_(std::move(path)), io_(std::move(io)) {}
-    Status SubmitWrite(int slot, uint64_t offset, size_t len) override {
-      Doom(slot);
-      return io_->SubmitWrite(slot, offset, len);
-    }
-    Status SubmitRead(int slot, uint64_t offset, size_t len) override {
-      Doom(slot);
-      return io_->SubmitRead(slot, offset, len);
-    }
-    Status SubmitReadTo(int tag, uint8_t* dst, uint64_t offset, size_t len) override {
-      Doom(tag);
-      return io_->SubmitReadTo(tag, dst, offset, len);
-    }
-    Completion Wait() override {
-      Completion c = io_->Wait();
-      std::lock_guard<std::mutex> l(mu_);
-      if (doomed_.erase(c.slot) && c.status.ok()) {
-        // As the backends word a failed transfer.
-        c.status = Status::FromErrno(EIO, "injected transfer failure on " + path_);
-      }
-      return c;
-    }
-    bool Ready() override { return io_->Ready(); }
-    size_t in_flight() const override { return io_->in_flight(); }
-    bool transfers_at_submit() const override { return io_->transfers_at_submit(); }
-    std::string name() const override { return io_->name(); }
-
-   private:
-    void Doom(int slot) {
-      const uint64_t k = ++faults_->transfers_;
-      if (faults_->fail_from_ == 0 || k < faults_->fail_from_) return;
-      std::lock_guard<std::mutex> l(mu_);
-      doomed_.insert(slot);
-    }
-    IoFaults* faults_;
-    std::string path_;
-    std::unique_ptr<BlockIo> io_;
-    std::mutex mu_;
-    std::set<int> doomed_;  // slots and tags whose transfer in flight fails
-  };
-
-  std::atomic<uint64_t> transfers_{0}, fail_from_{0};
-};
 
 class IoFaultTest : public ::testing::TestWithParam<IoBackend> {
  protected:
