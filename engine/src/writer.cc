@@ -127,11 +127,11 @@ Status CheckpointWriter::Impl::Open() {
   // makes one larger, as chunks that do not shrink are stored raw.
   uint64_t chunk_max = std::min<uint64_t>(opts_.chunk_size, kMaxChunkRawSize);
   size_t block = AlignUp(std::max<uint64_t>(opts_.io.block_size, chunk_max));
-  // Chunks are filled in batches (two per worker when encoding, so the
-  // workers stay busy); the slots of the batch being filled come on top of
-  // the staging budget, so that the budget stays in flight meanwhile: a
-  // disk's throughput follows the bytes in flight. Uncompressed batches
-  // leave one core to the kernel: copying on every core takes memory
+  // Uncompressed chunks are filled in batches (compressed ones go through
+  // pipeline_); the slots of the batch being filled come on top of the
+  // staging budget, so that the budget stays in flight meanwhile: a disk's
+  // throughput follows the bytes in flight. The batches leave one core to
+  // the kernel: copying on every core takes memory
   // bandwidth the disk's DMA needs, and where the file cannot be allocated
   // ahead, ext4 runs extending O_DIRECT writes one at a time, each issued
   // by an io_uring worker thread that must get a core the moment the
@@ -140,8 +140,7 @@ Status CheckpointWriter::Impl::Open() {
   // (median 0.91): 9 alternations of ckfmt-bench-e2e --codecs none, 8
   // favouring one thread (before allocating ahead; 6 alternations since
   // showed no gain from the second thread either).
-  batch_max_ = opts_.codec == Codec::kNone ? std::max<size_t>(1, pool_.size() - 1)
-                                           : 2 * size_t{pool_.size()};
+  batch_max_ = std::max<size_t>(1, pool_.size() - 1);
   const size_t budget = std::max<size_t>(2, opts_.io.staging_bytes / block);
   // The budget bounds the writes in flight, and more slots are filled
   // ahead: a virtual disk that ends its whole queue in one burst gets those
