@@ -6,14 +6,13 @@
 #include <mutex>
 #include <thread>
 
-#include <map>
-
 #include "ckfmt/checksum.h"
 #include "ckfmt/commit.h"
 #include "ckfmt/log.h"
 #include "device/device_ops.h"
-#include "save_entries.h"
+#include "device/device_staging.h"
 #include "io/file.h"
+#include "save_entries.h"
 #include "thread_pool.h"
 
 namespace ckfmt {
@@ -194,28 +193,29 @@ class AsyncSaver::Impl {
   Result<Value> Snapshot(const Value& sd, const std::string& path, const Plan& plan) {
     CKFMT_RETURN_IF_ERROR(ReadyArena(plan, path));
     const std::vector<Item>& items = plan.items;
-    DeviceOps* ops = plan.ops;
     // Device copies first, so they run while the host copies do.
-    std::vector<std::pair<const Item*, uint64_t>> fences;  // (item, fence on its stream)
+    std::vector<DeviceCopy> copies;
     for (const Item& it : items) {
       const Tensor& t = *it.src;
       if (t.device().type == DeviceType::kCPU || t.nbytes() == 0) continue;
       std::string where = path + ": " + FormatKeyPath(it.key) + " on " + DeviceName(t.device());
-      std::unique_ptr<DeviceStream>& stream = streams_[t.device().index];
-      if (!stream) {
-        auto s = ops->NewStream(t.device().index);
-        if (!s.ok()) return s.status().WithContext(where);
-        stream = std::move(*s);
+      if (!device_) {
+        auto made = DeviceStaging::For(t.device());
+        if (!made.ok()) return made.status().WithContext(where);
+        device_ = std::move(*made);
       }
-      Status s = stream->CopyToHost(arena_.data() + it.offset, t.data(), t.nbytes());
-      auto fence = s.ok() ? stream->Record() : Result<uint64_t>(s);
+      auto stream = device_->Stream(t.device());
+      if (!stream.ok()) return stream.status().WithContext(where);
+      Status s = (*stream)->CopyToHost(arena_.data() + it.offset, t.data(), t.nbytes());
+      auto fence = s.ok() ? (*stream)->Record() : Result<uint64_t>(s);
       if (!fence.ok()) {
-        // The arena must not change under copies still in flight.
-        (void)WaitAll(fences);
-        DropStreams();
+        // The arena must not change under copies still in flight; the next
+        // save starts on fresh streams (see DeviceStream::Wait).
+        (void)WaitAll(copies);
+        device_->DropStreams();
         return fence.status().WithContext("snapshot of " + where);
       }
-      fences.emplace_back(&it, *fence);
+      copies.push_back({&it, *stream, *fence});
     }
     // Parallel copy in slices of at most 8 MiB so big tensors split too.
     constexpr uint64_t kSlice = 8 << 20;
@@ -232,8 +232,8 @@ class AsyncSaver::Impl {
       auto [s, d, n] = slices[i];
       CopyUncached(d, s, n);  // the arena is read by the background write
     });
-    if (Status s = WaitAll(fences); !s.ok()) {
-      DropStreams();
+    if (Status s = WaitAll(copies); !s.ok()) {
+      device_->DropStreams();
       return s.WithContext(path);
     }
     size_t next = 0, visit = 0;
@@ -244,19 +244,18 @@ class AsyncSaver::Impl {
     return Value(std::move(root));
   }
 
-  // After a failed copy: waits for what is still queued, then lets the
-  // next save start on fresh streams (see DeviceStream::Wait).
-  void DropStreams() {
-    for (auto& [index, st] : streams_) (void)st->Synchronize();
-    streams_.clear();
-  }
+  // A device copy into the arena: its item, its stream and the fence after it.
+  struct DeviceCopy {
+    const Item* item;
+    DeviceStream* stream;
+    uint64_t fence;
+  };
 
-  // Waits for every fence; the first failure names its tensor.
-  template <typename Fences>
-  Status WaitAll(const Fences& fences) {
+  // Waits for every copy; the first failure names its tensor.
+  Status WaitAll(const std::vector<DeviceCopy>& copies) {
     Status first;
-    for (const auto& [item, fence] : fences) {
-      Status s = streams_[item->src->device().index]->Wait(fence);
+    for (const auto& [item, stream, fence] : copies) {
+      Status s = stream->Wait(fence);
       if (!s.ok() && first.ok()) {
         first = s.WithContext("copying " + FormatKeyPath(item->key) + " from " +
                               DeviceName(item->src->device()) + " for the snapshot");
@@ -301,7 +300,7 @@ class AsyncSaver::Impl {
   AlignedBuffer arena_;
   PinnedRanges arena_pins_;          // the arena, while it takes device copies
   DeviceOps* pinned_for_ = nullptr;  // whose Pin() arena_pins_ holds
-  std::map<int, std::unique_ptr<DeviceStream>> streams_;  // per device index
+  std::unique_ptr<DeviceStaging> device_;  // streams per device, made on first use
   std::thread worker_;
   std::mutex mu_;
   // What Wait() returns before any save; never reported otherwise, as

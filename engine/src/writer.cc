@@ -372,10 +372,11 @@ Status CheckpointWriter::Impl::AddTensorPiece(const KeyPath& path, DType dtype, 
     };
     // Device bool tensors (masks, rare and small) are checked in a bounce
     // buffer; a failed copy or pin there names the tensor too.
-    Status checked = stream ? device_->ForEachHostPiece(device, data, region.NumElements(), check)
-                                  .WithContext(DeviceName(device))
-                            : check(static_cast<const uint8_t*>(data), region.NumElements(), 0);
-    CKFMT_RETURN_IF_ERROR(checked.WithContext(where));
+    CKFMT_RETURN_IF_ERROR(
+        stream
+            ? device_->ForEachHostPiece(device, data, region.NumElements(), check)
+                  .WithContext(where + " on " + DeviceName(device))
+            : check(static_cast<const uint8_t*>(data), region.NumElements(), 0).WithContext(where));
   }
   const auto* bytes = static_cast<const uint8_t*>(data);
   const uint64_t size = region.NumElements() * esize;
@@ -538,10 +539,8 @@ Status CheckpointWriter::Impl::WriteBatch(const std::vector<ChunkJob>& batch) {
 // held until the chunk is stored (a chunk stored raw points at them).
 Result<FetchedChunk> CheckpointWriter::Impl::FetchChunk(const ChunkJob& job) {
   // device_ was set up on the calling thread when the piece was added.
-  CKFMT_ASSIGN_OR_RETURN(DeviceStream * stream, device_->Stream(job.device));
   CKFMT_ASSIGN_OR_RETURN(PinnedPool::Lease lease, device_->Bounce());
-  CKFMT_RETURN_IF_ERROR(stream->CopyToHost(lease.data(), job.src, job.size));
-  CKFMT_RETURN_IF_ERROR(stream->Synchronize());
+  CKFMT_RETURN_IF_ERROR(device_->CopyToHostAndWait(job.device, lease.data(), job.src, job.size));
   auto held = std::make_shared<PinnedPool::Lease>(std::move(lease));
   return FetchedChunk{held->data(), held};
 }

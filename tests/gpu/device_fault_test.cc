@@ -47,24 +47,12 @@ class DeviceFaultTest : public SimulatedDeviceTest {
       }
     };
     return SweepFaults(fail_from, attempt, [&](const Status& s) {
-      SCOPED_TRACE(std::string(Name(fault)) + " failing");
       EXPECT_NE(s.message().find(Injected(fault)), std::string::npos) << s.ToString();
       if (!holds_pins) {
         EXPECT_EQ(ops().pinned_ranges(), 0u) << "host memory left pinned after " << s.ToString();
       }
       check(s);
     });
-  }
-  static const char* Name(Fault fault) {
-    switch (fault) {
-      case Fault::kPin:
-        return "pin";
-      case Fault::kCopy:
-        return "copy";
-      case Fault::kAllocation:
-        return "allocation";
-    }
-    return "?";
   }
   // What the injected failure says.
   static const char* Injected(Fault fault) {
@@ -82,14 +70,6 @@ class DeviceFaultTest : public SimulatedDeviceTest {
 
 // The tests that pins and copies fail in alike.
 class DeviceFault : public DeviceFaultTest, public ::testing::WithParamInterface<Fault> {};
-
-// `path` loaded into an empty dict on the host.
-Value LoadFile(const std::string& path) {
-  Value v{Dict{}};
-  auto r = Load(path, &v, {}, SmallReadOptions());
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  return v;
-}
 
 void ExpectNames(const Status& s, const std::string& what) {
   EXPECT_NE(s.message().find(what), std::string::npos) << s.ToString();
@@ -111,7 +91,7 @@ TEST_P(DeviceFault, SavesKeepThePreviousCheckpoint) {
           ExpectPreviousFileKept(dir.path(), path, before);
         });
     EXPECT_GE(failures, 1);  // the staging slots at least
-    EXPECT_EQ(DiffValues(LoadFile(path), host), "");
+    EXPECT_EQ(DiffValues(LoadToHost(path), host), "");
     CKFMT_ASSERT_OK(Save(path, MakeRichStateDict(30), SmallSaveOptions()));
   }
 }
@@ -196,7 +176,7 @@ TEST_P(DeviceFault, AsyncSavesFailClearlyAndTheSaverRecovers) {
         },
         /*holds_pins=*/true);
     EXPECT_GE(failures, 1);
-    EXPECT_EQ(DiffValues(LoadFile(path), host), "");
+    EXPECT_EQ(DiffValues(LoadToHost(path), host), "");
     CKFMT_ASSERT_OK(Save(path, MakeRichStateDict(34), SmallSaveOptions()));
   }
 }

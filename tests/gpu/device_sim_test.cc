@@ -26,14 +26,6 @@ class DeviceSimTest : public SimulatedDeviceTest {};
 class DeviceCodecTest : public SimulatedDeviceTest,
                         public ::testing::WithParamInterface<Codec> {};
 
-// Loads `path` into an empty dict on the host.
-Value LoadToHost(const std::string& path, const ReadOptions& ro = SmallReadOptions()) {
-  Value v{Dict{}};
-  auto r = Load(path, &v, {}, ro);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  return v;
-}
-
 TEST_P(DeviceCodecTest, SaveFromDeviceRoundTripsBitwise) {
   ScopedTempDir dir;
   Value host = MakeRichStateDict(7);

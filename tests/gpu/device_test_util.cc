@@ -63,6 +63,13 @@ Value ToHost(SimulatedDeviceOps& ops, const Value& v) {
   return MapTensors(v, [&](const Tensor& t) { return ToHost(ops, t); });
 }
 
+Value LoadToHost(const std::string& path, const ReadOptions& ro) {
+  Value v{Dict{}};
+  auto r = Load(path, &v, {}, ro);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return v;
+}
+
 std::string NoGpuReason() {
   auto n = CudaDeviceCount();
   if (!n.ok()) return n.status().ToString();

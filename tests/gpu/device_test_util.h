@@ -9,8 +9,10 @@
 #include <memory>
 #include <string>
 
+#include "ckfmt/reader.h"
 #include "ckfmt/state_dict.h"
 #include "device/simulated_device_ops.h"
+#include "util/value_util.h"  // SmallReadOptions
 
 namespace ckfmt_test {
 
@@ -28,6 +30,9 @@ ckfmt::Value ToDevice(ckfmt::SimulatedDeviceOps& ops, const ckfmt::Value& v, int
 ckfmt::Value ToDevice(ckfmt::SimulatedDeviceOps& ops, const ckfmt::Value& v, int device,
                       const std::function<bool(const ckfmt::Tensor&)>& stays);
 ckfmt::Value ToHost(ckfmt::SimulatedDeviceOps& ops, const ckfmt::Value& v);
+// The file at `path` loaded into an empty dict on the host (a test failure
+// if the load fails).
+ckfmt::Value LoadToHost(const std::string& path, const ckfmt::ReadOptions& ro = SmallReadOptions());
 // Why tests on a real CUDA GPU cannot run here, or "" when they can.
 std::string NoGpuReason();
 // Number of tensors in `v` on a CUDA device / in total.

@@ -10,9 +10,7 @@ Result<std::unique_ptr<DeviceStaging>> DeviceStaging::For(Device device) {
 }
 
 DeviceStaging::~DeviceStaging() {
-  // Copies still queued (an error path) may use the pinned memory.
-  for (auto& [index, stream] : streams_) (void)stream->Synchronize();
-  streams_.clear();
+  DropStreams();  // copies still queued (an error path) may use the pinned memory
   pool_.reset();
   slot_pins_.Clear();
 }
