@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -18,6 +17,7 @@
 #include "ckfmt/file_layout.h"
 #include "ckfmt/index.h"
 #include "ckfmt/region.h"
+#include "realistic_values.h"
 
 namespace {
 
@@ -37,28 +37,8 @@ struct AlignedBuf {
   size_t size;
 };
 
-// Round-to-nearest-even fp32 -> bf16, as torch's .to(torch.bfloat16).
-uint16_t ToBF16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fff + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-// Values with the statistics of trained weights / optimizer moments.
-void FillNormalF32(float* out, size_t n, float sigma, uint64_t seed) {
-  std::mt19937_64 g(seed);
-  std::normal_distribution<float> d(0.f, sigma);
-  for (size_t i = 0; i < n; ++i) out[i] = d(g);
-}
-void FillNormalBF16(uint16_t* out, size_t n, float sigma, uint64_t seed) {
-  std::mt19937_64 g(seed);
-  std::normal_distribution<float> d(0.f, sigma);
-  for (size_t i = 0; i < n; ++i) out[i] = ToBF16(d(g));
-}
-
 // bf16 weights, fp32 AdamW exp_avg, and exp_avg_sq (an EMA of squared
-// gradients: small and positive, as bench/realistic_values.h makes it).
+// gradients: small and positive), from bench/realistic_values.h.
 enum DataKind { kBF16Weights = 0, kF32ExpAvg = 1, kF32ExpAvgSq = 2 };
 const char* DataName(int k) {
   switch (k) {
@@ -69,14 +49,12 @@ const char* DataName(int k) {
 }
 
 void FillRealistic(int kind, uint8_t* p, size_t bytes) {
+  using ckfmt::bench::Realistic;
   if (kind == kBF16Weights) {
-    FillNormalBF16(reinterpret_cast<uint16_t*>(p), bytes / 2, 0.02f, 1);
-  } else if (kind == kF32ExpAvg) {
-    FillNormalF32(reinterpret_cast<float*>(p), bytes / 4, 1e-3f, 2);
+    ckfmt::bench::FillRealistic(Realistic::kWeightBF16, p, bytes / 2, 1);
   } else {
-    auto* f = reinterpret_cast<float*>(p);
-    FillNormalF32(f, bytes / 4, 1e-3f, 3);
-    for (size_t i = 0; i < bytes / 4; ++i) f[i] = f[i] * f[i] + 1e-9f;
+    ckfmt::bench::FillRealistic(kind == kF32ExpAvg ? Realistic::kExpAvg : Realistic::kExpAvgSq, p,
+                                bytes / 4, uint64_t(kind) + 1);
   }
 }
 
