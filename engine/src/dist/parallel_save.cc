@@ -18,9 +18,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
+#include <atomic>
 #include <chrono>
+#include <cstring>
 #include <map>
+#include <mutex>
 
 #include "ckfmt/checksum.h"
 #include "ckfmt/commit.h"
@@ -109,10 +111,12 @@ Status EncodeLocalChunk(const SaveOptions& so, const uint8_t* raw, LocalChunk* c
   return Status::OK();
 }
 
-// Encodes the chunks of GPU pieces: a batch of one chunk per worker at a
-// time is copied into pinned bounce buffers and encoded there. A chunk that
-// does not shrink stays on the device (it is copied again when written), so
-// the rank holds no more than its encoded chunks.
+// Encodes the chunks of GPU pieces on the pool: each task copies its chunk
+// into a pinned bounce buffer and encodes it there, so copies overlap other
+// workers' encoding instead of waiting for a whole batch to finish. A
+// chunk that does not shrink stays on the device (it is copied again when
+// written), so the rank holds no more than its encoded chunks and one
+// bounce buffer per worker.
 Status EncodeDeviceChunks(const SaveContext& ctx, ThreadPool& pool,
                           const std::vector<std::pair<const LocalPiece*, LocalChunk*>>& chunks) {
   if (chunks.empty()) return Status::OK();
@@ -121,30 +125,27 @@ Status EncodeDeviceChunks(const SaveContext& ctx, ThreadPool& pool,
   uint64_t largest = 0;
   for (const auto& [piece, c] : chunks) largest = std::max(largest, c->raw_size);
   staging->SetBounceSize(largest);
-  const size_t batch = std::max<size_t>(1, pool.size());
-  std::vector<PinnedPool::Lease> bounce;
-  for (size_t i = 0; i < batch; ++i) {
-    auto lease = staging->Bounce();
-    if (!lease.ok()) {
-      return lease.status().WithContext("encoding GPU chunks");
-    }
-    bounce.push_back(std::move(*lease));
-  }
-  for (size_t first = 0; first < chunks.size(); first += batch) {
-    const size_t n = std::min(batch, chunks.size() - first);
-    for (size_t i = 0; i < n; ++i) {
-      const auto& [piece, c] = chunks[first + i];
-      Status copied =
-          staging->CopyToHostAndWait(piece->device, bounce[i].data(), c->stored, c->raw_size);
-      if (!copied.ok()) return copied.WithContext(PieceName(ctx, *piece));
-    }
-    std::vector<Status> errors(n);
-    pool.ParallelFor(n, [&](size_t i) {
-      errors[i] = EncodeLocalChunk(so, bounce[i].data(), chunks[first + i].second);
-    });
-    for (const Status& e : errors) CKFMT_RETURN_IF_ERROR(e);
-  }
-  return Status::OK();
+  // The first failure is the one reported; the tasks after it stop (a
+  // stream that failed may fail every later copy, for the same cause).
+  std::mutex mu;
+  Status first_error;
+  std::atomic<bool> failed{false};
+  auto encode = [&](const LocalPiece& piece, LocalChunk* c) -> Status {
+    auto bounce = staging->Bounce();
+    if (!bounce.ok()) return bounce.status().WithContext("encoding GPU chunks");
+    Status copied =
+        staging->CopyToHostAndWait(piece.device, bounce->data(), c->stored, c->raw_size);
+    if (!copied.ok()) return copied.WithContext(PieceName(ctx, piece));
+    return EncodeLocalChunk(so, bounce->data(), c);
+  };
+  pool.ParallelFor(chunks.size(), [&](size_t i) {
+    if (failed.load(std::memory_order_relaxed)) return;
+    Status s = encode(*chunks[i].first, chunks[i].second);
+    if (s.ok()) return;
+    std::lock_guard<std::mutex> l(mu);
+    if (!failed.exchange(true)) first_error = std::move(s);
+  });
+  return first_error;
 }
 
 // Cuts this rank's owned pieces into chunks, encoding and checksumming
