@@ -50,15 +50,10 @@ std::string ChunkChecker::Check(const ChunkRecord& c, const uint8_t* stored, boo
 // True only when Explain would find nothing.
 bool ChunkChecker::Fine(const ChunkRecord& c, const uint8_t* stored) {
   if (Checksum(stored, c.stored_size) != c.checksum || !IsKnownCodec(c.codec)) return false;
-  if (c.codec == uint8_t(Codec::kNone)) return true;
-  if (c.codec == uint8_t(Codec::kBytePlaneZstd)) {
-    // Whether it decodes; the joined bytes themselves are not needed.
-    return DecodeBytePlanes(stored, c.stored_size, nullptr, c.raw_size).ok();
-  }
-  // zstd: DecodeChunk takes exactly one regular frame, with a window that
+  // Whether it decodes; the bytes themselves are not needed. For zstd,
+  // DecodeChunk's rules hold: exactly one regular frame, with a window that
   // Explain's streaming decoder accepts too.
-  raw_.resize(c.raw_size);
-  return DecodeChunk(c.codec, stored, c.stored_size, raw_.data(), c.raw_size).ok();
+  return CheckChunkDecodes(c.codec, stored, c.stored_size, c.raw_size).ok();
 }
 
 // The problem of a chunk that is not Fine, worded as a stream of its bytes

@@ -42,6 +42,7 @@
 #include "zstd_context.h"
 #include "zstd_frame.h"
 #include "zstd_literals.h"
+#include "zstd_literals_check.h"
 
 namespace ckfmt {
 namespace {
@@ -525,7 +526,8 @@ Status DecodeBytePlanes(const uint8_t* in, size_t stored_size, uint8_t* out, siz
   }
 
   // Raw planes are joined straight from the input; zstd planes are decoded
-  // into scratch first.
+  // into scratch first, or, where nothing is joined, checked without
+  // decoding where that can tell.
   std::array<const uint8_t*, kMaxElement> src{};
   thread_local std::vector<uint8_t> scratch;
   for (size_t p = 0; p < e; ++p) {
@@ -534,6 +536,7 @@ Status DecodeBytePlanes(const uint8_t* in, size_t stored_size, uint8_t* out, siz
       src[p] = in + offset[p];
       continue;
     }
+    if (!out && LiteralsOnlyFrameDecodes(in + offset[p], GetU32(d + 1), n)) continue;
     if (scratch.size() < raw_size) scratch.resize(raw_size);
     uint8_t* plane = scratch.data() + p * n;
     std::string problem = DecodeOneZstdFrame(in + offset[p], GetU32(d + 1), plane, n);

@@ -2,12 +2,12 @@
 // bytes, then data.
 //   mode bit 7 clear: the data are stored bytes of codec (mode & 3), the
 //     parameters a raw size (up to 16 MiB). Decoding must fail cleanly or
-//     produce exactly that many bytes.
+//     produce exactly that many bytes, and CheckChunkDecodes must agree.
 //   mode bit 7 set: the data are raw bytes of elements of 1, 2, 4 or 8
-//     bytes (bits 2-3; a partial last element is dropped). They are encoded with codec (mode & 3), which must
-//     decode back to them bit for bit; then one stored byte (parameters 0-1
-//     pick it) is xored with parameter 2 and decoded again, which must not
-//     crash (the stored checksum, not the decoder, catches that change).
+//     bytes (bits 2-3; a partial last element is dropped). They are encoded with codec (mode & 3),
+//     which must decode back to them bit for bit; then one stored byte (parameters 0-1 pick it) is
+//     xored with parameter 2 and decoded again, which must not crash and CheckChunkDecodes must
+//     agree with it (the stored checksum, not the decoder, catches that change).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -23,9 +23,16 @@ namespace {
 void DecodeStored(uint8_t codec, const uint8_t* stored, size_t stored_size, size_t raw_size) {
   // Not zeroed: an iteration should cost the decoder's work, not a memset.
   std::unique_ptr<uint8_t[]> out(new uint8_t[raw_size]);
-  (void)ckfmt::DecodeChunk(codec, stored, stored_size, out.get(), raw_size);
-  // The verifier's decode-only mode of the byte-plane codec.
-  (void)ckfmt::DecodeBytePlanes(stored, stored_size, nullptr, raw_size);
+  const ckfmt::Status decoded = ckfmt::DecodeChunk(codec, stored, stored_size, out.get(), raw_size);
+  // The verifier's check, which walks literals-only zstd frames without
+  // decoding them, must find what decoding finds.
+  const ckfmt::Status checked = ckfmt::CheckChunkDecodes(codec, stored, stored_size, raw_size);
+  if (checked.ok() != decoded.ok()) {
+    std::fprintf(
+        stderr, "codec %d, %zu stored bytes, raw size %zu: decoding says %s, the check %s\n",
+        int(codec), stored_size, raw_size, decoded.ToString().c_str(), checked.ToString().c_str());
+    std::abort();
+  }
 }
 
 void RoundTrip(uint8_t mode, const uint8_t* param, const uint8_t* raw, size_t raw_size) {
@@ -44,6 +51,13 @@ void RoundTrip(uint8_t mode, const uint8_t* param, const uint8_t* raw, size_t ra
   if (!s.ok() || (raw_size && std::memcmp(back.data(), raw, raw_size) != 0)) {
     std::fprintf(stderr, "codec %d round trip of %zu bytes differs: %s\n", int(codec), raw_size,
                  s.ToString().c_str());
+    std::abort();
+  }
+  const ckfmt::Status checked =
+      ckfmt::CheckChunkDecodes(uint8_t(codec), stored.data(), *n, raw_size);
+  if (!checked.ok()) {
+    std::fprintf(stderr, "codec %d chunk of %zu bytes decodes but its check says %s\n", int(codec),
+                 raw_size, checked.ToString().c_str());
     std::abort();
   }
   if (*n == 0) return;

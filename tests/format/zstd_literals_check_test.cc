@@ -1,0 +1,199 @@
+// The check that a literals-only zstd frame decodes without decoding it
+// (format/src/zstd_literals_check.h), and CheckChunkDecodes over it: it
+// must pass the frames libzstd and ckfmt's writers make of training data,
+// tell nothing it is unsure of, and never pass a frame that does not decode
+// to exactly the size asked, however the frame was damaged.
+#include "zstd_literals_check.h"
+
+#include <gtest/gtest.h>
+#include <zstd.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "ckfmt/codec.h"
+#include "zstd_frame.h"
+#include "zstd_literals.h"
+
+namespace ckfmt {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+// bf16 weights ~N(0, 0.02) or fp32 moments ~N(0, 1e-3), as bytes.
+Bytes TrainingBytes(size_t n, bool bf16, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, bf16 ? 0.02f : 1e-3f);
+  Bytes b(n);
+  for (size_t i = 0; i + 4 <= n; i += 4) {
+    const float v = dist(rng), w = dist(rng);
+    uint32_t x, y;
+    std::memcpy(&x, &v, 4);
+    std::memcpy(&y, &w, 4);
+    const uint32_t word = bf16 ? (x >> 16) | (y & 0xffff0000u) : x;
+    std::memcpy(&b[i], &word, 4);
+  }
+  return b;
+}
+
+Bytes Compress(const Bytes& in, int level) {
+  Bytes out(ZSTD_compressBound(in.size()));
+  const size_t n = ZSTD_compress(out.data(), out.size(), in.data(), in.size(), level);
+  EXPECT_FALSE(ZSTD_isError(n));
+  out.resize(n);
+  return out;
+}
+
+bool Passes(const Bytes& frame, size_t n) {
+  return LiteralsOnlyFrameDecodes(frame.data(), frame.size(), n);
+}
+
+// libzstd's answer, as a ckfmt reader asks it: exactly one frame, exactly n.
+bool Decodes(const Bytes& frame, size_t n) {
+  Bytes out(n);
+  return DecodeOneZstdFrame(frame.data(), frame.size(), out.data(), n).empty();
+}
+
+TEST(ZstdLiteralsCheckTest, PassesLibzstdFramesOfTrainingValues) {
+  for (bool bf16 : {true, false}) {
+    for (size_t n : {size_t{4} << 20, size_t{300} << 10, size_t{5000}, size_t{700}}) {
+      for (int level : {1, 3}) {
+        SCOPED_TRACE(testing::Message() << (bf16 ? "bf16 " : "fp32 ") << n << " level " << level);
+        const Bytes in = TrainingBytes(n, bf16, uint32_t(n));
+        const Bytes frame = Compress(in, level);
+        ASSERT_TRUE(Decodes(frame, n));
+        // Level 3 finds a few matches in bf16 values, which the check
+        // cannot tell about; CheckChunkDecodes then decodes.
+        if (level == 1) {
+          EXPECT_TRUE(Passes(frame, n));
+        }
+        EXPECT_TRUE(CheckChunkDecodes(1, frame.data(), frame.size(), n).ok());
+        EXPECT_FALSE(Passes(frame, n - 1));
+        EXPECT_FALSE(Passes(frame, n + 1));
+      }
+    }
+  }
+}
+
+TEST(ZstdLiteralsCheckTest, PassesFramesOfTheByteplaneWriter) {
+  // Direct (4-bit) and FSE-coded weights, one code for the whole frame.
+  for (bool narrow : {true, false}) {
+    Bytes in = TrainingBytes(3 * (128 << 10) + 777, true, 5);
+    if (narrow) {
+      for (auto& b : in) b &= 0x3f;  // at most 64 symbols: weights written directly
+    }
+    std::array<uint32_t, 256> counts{};
+    for (size_t i = 0; i < in.size(); i += 16) ++counts[in[i]];
+    Bytes frame(in.size() + in.size() / 8 + 1024);
+    frame.resize(
+        WriteLiteralsFrame(counts.data(), in.data(), in.size(), frame.data(), frame.size()));
+    ASSERT_FALSE(frame.empty());
+    ASSERT_TRUE(Decodes(frame, in.size()));
+    EXPECT_TRUE(Passes(frame, in.size())) << (narrow ? "narrow" : "wide");
+  }
+}
+
+TEST(ZstdLiteralsCheckTest, CannotTellAboutFramesWithMatchesAndSaysSo) {
+  Bytes text;
+  for (int i = 0; text.size() < (200 << 10); ++i) {
+    const std::string line = "step " + std::to_string(i % 97) + " loss 0.25 lr 3e-4\n";
+    text.insert(text.end(), line.begin(), line.end());
+  }
+  const Bytes frame = Compress(text, 1);
+  ASSERT_TRUE(Decodes(frame, text.size()));
+  EXPECT_FALSE(Passes(frame, text.size()));
+  // CheckChunkDecodes then decodes it.
+  EXPECT_TRUE(CheckChunkDecodes(1, frame.data(), frame.size(), text.size()).ok());
+}
+
+TEST(ZstdLiteralsCheckTest, CannotTellAboutChecksumsDictionariesOrTrailingBytes) {
+  const Bytes in = TrainingBytes(64 << 10, false, 9);
+  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+  Bytes with_sum(ZSTD_compressBound(in.size()));
+  with_sum.resize(ZSTD_compress2(cctx, with_sum.data(), with_sum.size(), in.data(), in.size()));
+  ZSTD_freeCCtx(cctx);
+  ASSERT_TRUE(Decodes(with_sum, in.size()));
+  EXPECT_FALSE(Passes(with_sum, in.size()));
+
+  Bytes frame = Compress(in, 1);
+  Bytes dict_id = frame;
+  dict_id[4] |= 1;  // Dictionary_ID_Flag: a 1-byte id follows the descriptor
+  dict_id.insert(dict_id.begin() + 5, 7);
+  EXPECT_FALSE(Passes(dict_id, in.size()));
+
+  Bytes trailing = frame;
+  trailing.push_back(0);
+  EXPECT_FALSE(Passes(trailing, in.size()));
+  for (size_t cut : {size_t{1}, size_t{100}, frame.size() - 6}) {
+    EXPECT_FALSE(Passes(Bytes(frame.begin(), frame.end() - cut), in.size())) << cut;
+  }
+  EXPECT_FALSE(LiteralsOnlyFrameDecodes(frame.data(), 0, in.size()));
+}
+
+// Single-bit changes of a frame of two blocks (every bit of its first and
+// last 300 bytes, which hold the frame's header, the first block's headers,
+// code and jump table, and the last stream's end; bits spread over the
+// rest): whenever the
+// check passes the changed frame, libzstd decodes it to exactly the size
+// asked. (Most changes inside a Huffman stream leave a valid stream of
+// other symbols, which the chunk's checksum, not the codec, catches.)
+TEST(ZstdLiteralsCheckTest, NeverPassesAFrameThatDoesNotDecode) {
+  for (bool bf16 : {true, false}) {
+    const Bytes in = TrainingBytes((128 << 10) + 3000, bf16, 11);
+    const Bytes frame = Compress(in, 1);
+    ASSERT_TRUE(Passes(frame, in.size()));
+    size_t passed = 0, refused = 0;
+    Bytes changed = frame;
+    for (size_t i = 0; i < frame.size(); i += (i < 300 || i + 300 > frame.size()) ? 1 : 499) {
+      for (int bit = 0; bit < 8; ++bit) {
+        changed[i] ^= uint8_t(1 << bit);
+        if (Passes(changed, in.size())) {
+          ++passed;
+          ASSERT_TRUE(Decodes(changed, in.size())) << "byte " << i << " bit " << bit;
+        } else {
+          ++refused;
+        }
+        changed[i] = frame[i];
+      }
+    }
+    EXPECT_GT(passed, 100u);
+    EXPECT_GT(refused, 100u);
+  }
+}
+
+TEST(ZstdLiteralsCheckTest, CheckChunkDecodesAgreesWithDecodeChunk) {
+  const Bytes in = TrainingBytes(96 << 10, true, 13);
+  for (Codec codec : {Codec::kNone, Codec::kZstd, Codec::kBytePlaneZstd}) {
+    SCOPED_TRACE(CodecName(uint8_t(codec)));
+    Bytes stored(MaxEncodedSize(codec, in.size()));
+    auto n = EncodeChunk(codec, 1, 2, in.data(), in.size(), stored.data(), stored.size());
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    stored.resize(*n);
+    Bytes out(in.size() + 1);
+    std::mt19937 rng{uint32_t(codec)};
+    for (int k = 0; k < 400; ++k) {
+      Bytes changed = stored;
+      if (k > 0) changed[rng() % changed.size()] ^= uint8_t(1 + rng() % 255);
+      for (size_t raw : {in.size(), in.size() - 2, in.size() + 2}) {
+        const Status decoded =
+            DecodeChunk(uint8_t(codec), changed.data(), changed.size(), out.data(), raw);
+        const Status checked =
+            CheckChunkDecodes(uint8_t(codec), changed.data(), changed.size(), raw);
+        ASSERT_EQ(checked.ok(), decoded.ok())
+            << "change " << k << ", raw size " << raw << ": " << decoded.ToString();
+        if (!decoded.ok()) {
+          EXPECT_EQ(checked.ToString(), decoded.ToString());
+        }
+      }
+    }
+  }
+  const Status unknown = CheckChunkDecodes(9, in.data(), in.size(), in.size());
+  EXPECT_EQ(unknown.code(), StatusCode::kUnsupported) << unknown.ToString();
+}
+
+}  // namespace
+}  // namespace ckfmt
