@@ -278,6 +278,7 @@ struct Position {
 };
 
 // Bits of the last byte above the first code: zeros and the start mark.
+// REQUIRES: the last byte is not 0 (ReadLiterals lists no such stream).
 uint32_t MarkBits(const Stream& s) { return 8 - uint32_t(HighBit(s.src[s.size - 1])); }
 Position StartOf(const Stream& s) { return {s.src + s.size - 8, MarkBits(s)}; }
 
@@ -493,7 +494,11 @@ int64_t ReadLiterals(const uint8_t* b, size_t size, size_t block_max, size_t out
     return -1;
   }
   const uint8_t* lengths = scratch.tables.back().data();
+  // A stream is at least its last byte, which holds the start mark (§4.2.2);
+  // the walks below rely on that mark.
+  auto malformed = [](const uint8_t* q, size_t n) { return n == 0 || q[n - 1] == 0; };
   if (streams == 1) {
+    if (malformed(p, compressed)) return -1;
     scratch.singles.push_back({p, compressed, regenerated, lengths});
     return int64_t(regenerated);
   }
@@ -504,6 +509,7 @@ int64_t ReadLiterals(const uint8_t* b, size_t size, size_t block_max, size_t out
   const size_t segment = (regenerated + 3) / 4;
   const uint8_t* q = p + 6;
   for (int k = 0; k < 4; ++k) {
+    if (malformed(q, sizes[k])) return -1;
     const size_t count = k < 3 ? segment : regenerated - 3 * segment;
     scratch.quads.push_back({q, sizes[k], count, lengths});
     q += sizes[k];
