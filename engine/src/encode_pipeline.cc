@@ -68,9 +68,7 @@ std::vector<size_t> SpreadElementSizes(const std::vector<ChunkJob>& jobs) {
   return order;
 }
 
-void EncodePipeline::Encode(Slot& slot) const { slot.error = Encoded(slot); }
-
-Status EncodePipeline::Encoded(Slot& slot) const {
+Status EncodePipeline::Encode(Slot& slot) const {
   ChunkJob job = slot.job;
   if (job.device.type != DeviceType::kCPU) {
     if (!fetch_) return Status::Internal("a chunk on " + DeviceName(job.device) + " to encode");
@@ -88,7 +86,7 @@ bool EncodePipeline::EncodeNext(std::unique_lock<std::mutex>& lock) {
   Slot& slot = At(claimed_++);
   ++encoding_;
   lock.unlock();
-  Encode(slot);
+  slot.error = Encode(slot);
   lock.lock();
   slot.done = true;
   --encoding_;

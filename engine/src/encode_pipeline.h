@@ -116,8 +116,8 @@ class EncodePipeline {
   bool EncodeNext(std::unique_lock<std::mutex>& lock);  // false: none waiting
   // Returns `s`; on an error first releases the lock and Cancel()s.
   Status CancelOnError(std::unique_lock<std::mutex>& lock, Status s);
-  void Encode(Slot& slot) const;
-  Status Encoded(Slot& slot) const;
+  // Fetches (if on a device) and encodes slot.job into the slot.
+  Status Encode(Slot& slot) const;
 
   ThreadPool& pool_;
   const Codec codec_;

@@ -539,8 +539,8 @@ Status CheckpointWriter::Impl::WriteBatch(const std::vector<ChunkJob>& batch) {
 // held until the chunk is stored (a chunk stored raw points at them).
 Result<FetchedChunk> CheckpointWriter::Impl::FetchChunk(const ChunkJob& job) {
   // device_ was set up on the calling thread when the piece was added.
-  CKFMT_ASSIGN_OR_RETURN(PinnedPool::Lease lease, device_->Bounce());
-  CKFMT_RETURN_IF_ERROR(device_->CopyToHostAndWait(job.device, lease.data(), job.src, job.size));
+  CKFMT_ASSIGN_OR_RETURN(PinnedPool::Lease lease,
+                         device_->CopyToBounce(job.device, job.src, job.size));
   auto held = std::make_shared<PinnedPool::Lease>(std::move(lease));
   return FetchedChunk{held->data(), held};
 }

@@ -370,31 +370,29 @@ bool Finish(const Stream& s, Position p, size_t done) {
   return br.AllRead();
 }
 
-// One stream: fast while it can, then exactly.
+// The codes [done, count) of one stream from `p` on: fast while it can,
+// then exactly. REQUIRES: s.size >= 8.
 bool CheckStream(const Stream& s, Position p, size_t done) {
-  if (s.size >= 8) {
-    for (size_t rounds; (rounds = SafeRounds(s, p, done)) > 0; done += 5 * rounds) {
-      Run<1>(&s, &p, rounds);
-    }
+  for (size_t rounds; (rounds = SafeRounds(s, p, done)) > 0; done += 5 * rounds) {
+    Run<1>(&s, &p, rounds);
   }
   return Finish(s, p, done);
+}
+
+// One whole stream; one too short for the fast walk goes exactly.
+bool CheckStream(const Stream& s) {
+  return s.size < 8 ? Finish(s, {}, 0) : CheckStream(s, StartOf(s), 0);
 }
 
 // kWays streams side by side while all of them can go fast, then each alone.
 template <int kWays>
 bool CheckStreams(const Stream* s) {
-  Position p[kWays];
-  for (int g = 0; g < kWays; ++g) {
-    if (s[g].size < 8) {  // too short for the fast walk
-      for (int h = 0; h < kWays; ++h) {
-        if (!(s[h].size < 8 ? Finish(s[h], {}, 0) : CheckStream(s[h], StartOf(s[h]), 0))) {
-          return false;
-        }
-      }
-      return true;
-    }
-    p[g] = StartOf(s[g]);
+  auto short_stream = [](const Stream& t) { return t.size < 8; };
+  if (std::any_of(s, s + kWays, short_stream)) {
+    return std::all_of(s, s + kWays, [](const Stream& t) { return CheckStream(t); });
   }
+  Position p[kWays];
+  for (int g = 0; g < kWays; ++g) p[g] = StartOf(s[g]);
   size_t done = 0;
   for (;;) {
     size_t rounds = SafeRounds(s[0], p[0], done);
@@ -442,7 +440,7 @@ struct Scratch {
     }
     if (i < quads.size() && !CheckStreams<4>(quads.data() + i)) return false;
     for (const Stream& s : singles) {
-      if (!CheckStreams<1>(&s)) return false;
+      if (!CheckStream(s)) return false;
     }
     quads.clear();
     singles.clear();

@@ -68,4 +68,10 @@ Status DeviceStaging::CopyToHostAndWait(Device device, void* host, const void* s
   return stream->Synchronize();
 }
 
+Result<PinnedPool::Lease> DeviceStaging::CopyToBounce(Device device, const void* src, size_t n) {
+  CKFMT_ASSIGN_OR_RETURN(PinnedPool::Lease lease, Bounce());
+  CKFMT_RETURN_IF_ERROR(CopyToHostAndWait(device, lease.data(), src, n));
+  return lease;
+}
+
 }  // namespace ckfmt

@@ -45,6 +45,9 @@ class DeviceStaging {
   Status CopyToDeviceAndWait(Device device, void* dst, const void* host, size_t n);
   // Copies `n` bytes at `src` on `device` to pinned host memory and waits.
   Status CopyToHostAndWait(Device device, void* host, const void* src, size_t n);
+  // A bounce buffer holding a copy of the `n` bytes at `src` on `device`.
+  // REQUIRES: n <= bounce_size().
+  Result<PinnedPool::Lease> CopyToBounce(Device device, const void* src, size_t n);
 
  private:
   explicit DeviceStaging(DeviceOps* ops) : ops_(ops) {}

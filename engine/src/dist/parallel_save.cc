@@ -131,11 +131,8 @@ Status EncodeDeviceChunks(const SaveContext& ctx, ThreadPool& pool,
   Status first_error;
   std::atomic<bool> failed{false};
   auto encode = [&](const LocalPiece& piece, LocalChunk* c) -> Status {
-    auto bounce = staging->Bounce();
-    if (!bounce.ok()) return bounce.status().WithContext("encoding GPU chunks");
-    Status copied =
-        staging->CopyToHostAndWait(piece.device, bounce->data(), c->stored, c->raw_size);
-    if (!copied.ok()) return copied.WithContext(PieceName(ctx, piece));
+    auto bounce = staging->CopyToBounce(piece.device, c->stored, c->raw_size);
+    if (!bounce.ok()) return bounce.status().WithContext(PieceName(ctx, piece));
     return EncodeLocalChunk(so, bounce->data(), c);
   };
   pool.ParallelFor(chunks.size(), [&](size_t i) {
