@@ -256,7 +256,7 @@ BuiltIndex MakeIndex(size_t target_entries) {
   BuiltIndex b;
   auto& idx = b.index;
   idx.writer_name = "ckfmt_micro_bench";
-  idx.writer_version = "0";
+  idx.writer_version = std::string("0");  // not = "0": a GCC 12 -Wrestrict false positive
   idx.metadata = {{"job", "bench"}};
   auto container = [&](ckfmt::KeyPath p, EntryKind k) {
     ckfmt::EntryRecord e;
