@@ -30,7 +30,6 @@ class ChunkChecker {
   std::string ExplainZstd(const ChunkRecord& c, const uint8_t* stored);  // without the rule
 
   ZSTD_DCtx* dctx_;
-  std::vector<uint8_t> raw_;   // decoded bytes, at most one chunk's raw size
   std::vector<uint8_t> sink_;  // the streaming decoder's output window
 };
 

@@ -8,7 +8,7 @@
 // machine of few cores. Whether a Huffman stream decodes to a given number
 // of symbols with every bit read depends only on the lengths of its codes,
 // so this walks the codes by length alone: no symbol is looked up or
-// stored, and four streams are walked at once.
+// stored, and eight streams (two blocks' four) are walked at once.
 //
 // It answers only what it can tell with certainty, and otherwise says it
 // cannot, for libzstd to decide: a frame it passes decodes, with libzstd,

@@ -12,10 +12,12 @@ looked at. Standard library only.
     check_bench_scripts.py [REPOSITORY_ROOT]
 """
 import ast
+import functools
 import os
 import sys
 
 
+@functools.lru_cache(maxsize=None)  # each module once, however often it is named
 def top_level_names(path):
     """What a module defines at its top level: functions, classes,
     assignments and imports (the way a package re-exports)."""
