@@ -11,22 +11,13 @@
 //
 // Speed matters as much as size here: a compressed save must outrun the
 // disk. So raw planes are split straight into the output and joined
-// straight from the input, Split/Join use SSE2 for 2- and 4-byte elements,
-// a large chunk's join stores around the cache, and at fast levels
-// exponent planes are coded as literal-only zstd frames, by ckfmt's own
-// writer (zstd_literals.h) with a code built from the plane's sample, or by
-// libzstd where that writer declines (LiteralOnlyContext). Every plane is
-// still one standard zstd frame.
+// straight from the input (byte_planes.h, at memory speed), and at fast
+// levels exponent planes are coded as literal-only zstd frames, by
+// ckfmt's own writer (zstd_literals.h) with a code built from the plane's
+// sample, or by libzstd where that writer declines (LiteralOnlyContext).
+// Every plane is still one standard zstd frame.
 #define ZSTD_STATIC_LINKING_ONLY  // ZSTD_registerSequenceProducer, literal mode
 #include <zstd.h>
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define CKFMT_SPLIT_VBMI 1
-#endif
 
 #include <algorithm>
 #include <array>
@@ -37,8 +28,8 @@
 #include <vector>
 
 #include "ckfmt/codec.h"
+#include "byte_planes.h"
 #include "ckfmt/file_layout.h"
-#include "uncached_store.h"
 #include "zstd_context.h"
 #include "zstd_frame.h"
 #include "zstd_literals.h"
@@ -50,228 +41,6 @@ namespace {
 constexpr size_t kMaxElement = 16;
 constexpr size_t kDescriptor = 5;
 size_t HeaderSize(size_t e) { return 2 + e * kDescriptor; }
-
-#if defined(CKFMT_SPLIT_VBMI)
-// Split for 2- and 4-byte elements with AVX-512 VBMI, whose byte permute
-// does a block's transpose in one instruction: 1.5x the SSE2 split on
-// data coming from DRAM, as fast as memcpy there. Returns the elements
-// done (a multiple of 64); the caller does the rest.
-// GCC 12's intrinsics headers trip -Wmaybe-uninitialized on their own
-// _mm512_undefined_* placeholders here.
-#pragma GCC diagnostic push
-#if !defined(__clang__)  // Clang has no such warning, and warns about the name
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-__attribute__((target("avx512f,avx512bw,avx512vbmi")))
-size_t SplitVbmi(const uint8_t* __restrict in, size_t e, size_t n, uint8_t* const* dst) {
-  size_t i = 0;
-  if (e == 2) {
-    // Even bytes of 128 input bytes, then odd ones: 64 bytes of each plane.
-    alignas(64) uint8_t even[64], odd[64];
-    for (int j = 0; j < 64; ++j) {
-      even[j] = uint8_t(2 * j);
-      odd[j] = uint8_t(2 * j + 1);
-    }
-    const __m512i pe = _mm512_load_si512(even), po = _mm512_load_si512(odd);
-    for (; i + 64 <= n; i += 64) {
-      __m512i a = _mm512_loadu_si512(in + 2 * i), b = _mm512_loadu_si512(in + 2 * i + 64);
-      _mm512_storeu_si512(dst[0] + i, _mm512_permutex2var_epi8(a, pe, b));
-      _mm512_storeu_si512(dst[1] + i, _mm512_permutex2var_epi8(a, po, b));
-    }
-    return i;
-  }
-  // e == 4: each 64-byte block becomes 16 bytes of each plane in its four
-  // 128-bit lanes; a 4x4 transpose of lanes over four blocks makes 64
-  // bytes of each plane.
-  alignas(64) uint8_t idx[64];
-  for (int p = 0; p < 4; ++p) {
-    for (int j = 0; j < 16; ++j) idx[p * 16 + j] = uint8_t(j * 4 + p);
-  }
-  const __m512i perm = _mm512_load_si512(idx);
-  for (; i + 64 <= n; i += 64) {
-    const uint8_t* s = in + 4 * i;
-    __m512i v0 = _mm512_permutexvar_epi8(perm, _mm512_loadu_si512(s));
-    __m512i v1 = _mm512_permutexvar_epi8(perm, _mm512_loadu_si512(s + 64));
-    __m512i v2 = _mm512_permutexvar_epi8(perm, _mm512_loadu_si512(s + 128));
-    __m512i v3 = _mm512_permutexvar_epi8(perm, _mm512_loadu_si512(s + 192));
-    __m512i lo01 = _mm512_shuffle_i64x2(v0, v1, 0x44), hi01 = _mm512_shuffle_i64x2(v0, v1, 0xEE);
-    __m512i lo23 = _mm512_shuffle_i64x2(v2, v3, 0x44), hi23 = _mm512_shuffle_i64x2(v2, v3, 0xEE);
-    _mm512_storeu_si512(dst[0] + i, _mm512_shuffle_i64x2(lo01, lo23, 0x88));
-    _mm512_storeu_si512(dst[1] + i, _mm512_shuffle_i64x2(lo01, lo23, 0xDD));
-    _mm512_storeu_si512(dst[2] + i, _mm512_shuffle_i64x2(hi01, hi23, 0x88));
-    _mm512_storeu_si512(dst[3] + i, _mm512_shuffle_i64x2(hi01, hi23, 0xDD));
-  }
-  return i;
-}
-#pragma GCC diagnostic pop
-
-bool HasVbmi() {
-  static const bool has = __builtin_cpu_supports("avx512f") &&
-                          __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vbmi");
-  return has;
-}
-#endif
-
-// Splits n elements of size e into e planes: byte p of element i goes to
-// dst[p][i]. The planes need not be contiguous (raw ones go straight to
-// the output).
-void Split(const uint8_t* __restrict in, size_t e, size_t n, uint8_t* const* dst) {
-  size_t i = 0;
-#if defined(CKFMT_SPLIT_VBMI)
-  if ((e == 2 || e == 4) && HasVbmi()) i = SplitVbmi(in, e, n, dst);
-#endif
-  if (e == 2) {
-    uint8_t* __restrict d0 = dst[0];
-    uint8_t* __restrict d1 = dst[1];
-#if defined(__SSE2__)
-    const __m128i lo = _mm_set1_epi16(0x00ff);
-    for (; i + 16 <= n; i += 16) {
-      __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i));
-      __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i + 16));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d0 + i),
-                       _mm_packus_epi16(_mm_and_si128(a, lo), _mm_and_si128(b, lo)));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d1 + i),
-                       _mm_packus_epi16(_mm_srli_epi16(a, 8), _mm_srli_epi16(b, 8)));
-    }
-#endif
-    for (; i < n; ++i) {
-      d0[i] = in[2 * i];
-      d1[i] = in[2 * i + 1];
-    }
-    return;
-  }
-  if (e == 4) {
-#if defined(__SSE2__)
-    const __m128i lo = _mm_set1_epi32(0xff);
-    for (; i + 16 <= n; i += 16) {
-      const __m128i* s = reinterpret_cast<const __m128i*>(in + 4 * i);
-      __m128i v0 = _mm_loadu_si128(s), v1 = _mm_loadu_si128(s + 1);
-      __m128i v2 = _mm_loadu_si128(s + 2), v3 = _mm_loadu_si128(s + 3);
-      // Byte k of each 32-bit lane, isolated then narrowed 32 -> 16 -> 8 bits
-      // (values <= 255, so the saturating packs are exact).
-      auto plane = [&](__m128i a, __m128i b, __m128i c, __m128i d) {
-        return _mm_packus_epi16(
-            _mm_packs_epi32(_mm_and_si128(a, lo), _mm_and_si128(b, lo)),
-            _mm_packs_epi32(_mm_and_si128(c, lo), _mm_and_si128(d, lo)));
-      };
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst[0] + i), plane(v0, v1, v2, v3));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst[1] + i),
-                       plane(_mm_srli_epi32(v0, 8), _mm_srli_epi32(v1, 8),
-                             _mm_srli_epi32(v2, 8), _mm_srli_epi32(v3, 8)));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst[2] + i),
-                       plane(_mm_srli_epi32(v0, 16), _mm_srli_epi32(v1, 16),
-                             _mm_srli_epi32(v2, 16), _mm_srli_epi32(v3, 16)));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst[3] + i),
-                       _mm_packus_epi16(
-                           _mm_packs_epi32(_mm_srli_epi32(v0, 24), _mm_srli_epi32(v1, 24)),
-                           _mm_packs_epi32(_mm_srli_epi32(v2, 24), _mm_srli_epi32(v3, 24))));
-    }
-#endif
-    uint8_t* __restrict d0 = dst[0];
-    uint8_t* __restrict d1 = dst[1];
-    uint8_t* __restrict d2 = dst[2];
-    uint8_t* __restrict d3 = dst[3];
-    for (; i < n; ++i) {
-      d0[i] = in[4 * i];
-      d1[i] = in[4 * i + 1];
-      d2[i] = in[4 * i + 2];
-      d3[i] = in[4 * i + 3];
-    }
-    return;
-  }
-  for (size_t p = 0; p < e; ++p) {
-    uint8_t* __restrict d = dst[p];
-    for (i = 0; i < n; ++i) d[i] = in[e * i + p];
-  }
-}
-
-#if defined(__SSE2__)
-template <bool kUncached>
-inline void Store16(uint8_t* p, __m128i v) {
-  if constexpr (kUncached) {
-    _mm_stream_si128(reinterpret_cast<__m128i*>(p), v);
-  } else {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), v);
-  }
-}
-#endif
-
-// The inverse of Split for elements [begin, end): out[i * e + p] =
-// src[p][i]. kUncached stores around the cache. REQUIRES for kUncached:
-// out + begin * e is 16-byte aligned.
-template <bool kUncached>
-void JoinRange(const uint8_t* const* src, size_t e, size_t begin, size_t end,
-               uint8_t* __restrict out) {
-  size_t i = begin;
-  if (e == 2) {
-    const uint8_t* __restrict s0 = src[0];
-    const uint8_t* __restrict s1 = src[1];
-#if defined(__SSE2__)
-    for (; i + 16 <= end; i += 16) {
-      __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s0 + i));
-      __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s1 + i));
-      Store16<kUncached>(out + 2 * i, _mm_unpacklo_epi8(a, b));
-      Store16<kUncached>(out + 2 * i + 16, _mm_unpackhi_epi8(a, b));
-    }
-#endif
-    for (; i < end; ++i) {
-      out[2 * i] = s0[i];
-      out[2 * i + 1] = s1[i];
-    }
-    return;
-  }
-  if (e == 4) {
-    const uint8_t* __restrict s0 = src[0];
-    const uint8_t* __restrict s1 = src[1];
-    const uint8_t* __restrict s2 = src[2];
-    const uint8_t* __restrict s3 = src[3];
-#if defined(__SSE2__)
-    for (; i + 16 <= end; i += 16) {
-      __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s0 + i));
-      __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s1 + i));
-      __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s2 + i));
-      __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s3 + i));
-      __m128i ab_lo = _mm_unpacklo_epi8(a, b), ab_hi = _mm_unpackhi_epi8(a, b);
-      __m128i cd_lo = _mm_unpacklo_epi8(c, d), cd_hi = _mm_unpackhi_epi8(c, d);
-      uint8_t* o = out + 4 * i;
-      Store16<kUncached>(o, _mm_unpacklo_epi16(ab_lo, cd_lo));
-      Store16<kUncached>(o + 16, _mm_unpackhi_epi16(ab_lo, cd_lo));
-      Store16<kUncached>(o + 32, _mm_unpacklo_epi16(ab_hi, cd_hi));
-      Store16<kUncached>(o + 48, _mm_unpackhi_epi16(ab_hi, cd_hi));
-    }
-#endif
-    for (; i < end; ++i) {
-      out[4 * i] = s0[i];
-      out[4 * i + 1] = s1[i];
-      out[4 * i + 2] = s2[i];
-      out[4 * i + 3] = s3[i];
-    }
-    return;
-  }
-  for (size_t p = 0; p < e; ++p) {
-    const uint8_t* __restrict s = src[p];
-    for (i = begin; i < end; ++i) out[e * i + p] = s[i];
-  }
-}
-
-// Joins the planes into `out`. A large output of 2- or 4-byte elements
-// (a chunk decoded into a caller's tensor, not read again soon) is stored
-// around the cache from its first 16-byte boundary on: measured on cold
-// buffers here, 1.4-1.6x the speed of cached stores.
-void Join(const uint8_t* const* src, size_t e, size_t n, uint8_t* out) {
-#if defined(__SSE2__)
-  const size_t to_boundary = BytesToUncachedStart(out);
-  if ((e == 2 || e == 4) && n * e >= kMinUncachedBytes && to_boundary % e == 0) {
-    const size_t head = to_boundary / e;
-    JoinRange<false>(src, e, 0, head, out);
-    JoinRange<true>(src, e, head, n, out);
-    StoreFence();
-    return;
-  }
-#endif
-  JoinRange<false>(src, e, 0, n, out);
-}
 
 // A sample of each plane, to decide how to code each plane and to shape
 // the Huffman codes: all of a chunk of up to kMinSample elements, else runs
@@ -289,7 +58,7 @@ size_t GatherSample(const uint8_t* raw, size_t e, size_t n, uint8_t* out) {
   std::array<uint8_t*, kMaxElement> dst{};
   auto run = [&](size_t begin, size_t count, size_t at) {
     for (size_t p = 0; p < e; ++p) dst[p] = out + p * kSample + at;
-    Split(raw + begin * e, e, count, dst.data());
+    SplitPlanes(raw + begin * e, e, count, dst.data());
   };
   if (n <= kMinSample) {
     run(0, n, 0);
@@ -461,7 +230,7 @@ Result<size_t> EncodeBytePlanes(int level, size_t e, const uint8_t* raw, size_t 
       dst[p] = scratch.data() + p * n;
     }
   }
-  Split(raw, e, n, dst.data());
+  SplitPlanes(raw, e, n, dst.data());
 
   size_t pos = header;
   for (size_t p = 0; p < e; ++p) {
@@ -543,7 +312,7 @@ Status DecodeBytePlanes(const uint8_t* in, size_t stored_size, uint8_t* out, siz
     if (!problem.empty()) return bad("plane " + std::to_string(p) + " " + problem);
     src[p] = plane;
   }
-  if (out) Join(src.data(), e, n, out);
+  if (out) JoinPlanes(src.data(), e, n, out);
   return Status::OK();
 }
 
