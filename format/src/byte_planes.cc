@@ -216,7 +216,7 @@ inline void Store16(uint8_t* p, __m128i v) {
 }
 #endif
 
-// The inverse of Split for elements [begin, end): out[i * e + p] =
+// The inverse of SplitPlanes for elements [begin, end): out[i * e + p] =
 // src[p][i]. kUncached stores around the cache. REQUIRES for kUncached:
 // out + begin * e is 16-byte aligned.
 template <bool kUncached>
