@@ -76,7 +76,7 @@ __attribute__((target("avx2"))) inline void Store32(uint8_t* p, __m256i v) {
 // of each: about a third of the SSE2 path's instructions. For CPUs without
 // VBMI, as the 2-core Cascade Lake VM: there it took the byte-plane encoder
 // of 4 MiB fp32 chunks, walking 512 MiB, from 2.10 to 2.24 GB/s per core
-// (medians, four alternations), and of 2-byte elements from 1.22 to 1.25.
+// (medians, four alternations); 2-byte elements about the same.
 __attribute__((target("avx2"))) size_t SplitAvx2(const uint8_t* __restrict in, size_t e, size_t i,
                                                  size_t n, uint8_t* const* dst) {
   if (e == 2) {

@@ -2,9 +2,8 @@
 // (spec/FORMAT.md §5.3): plane p of n elements of e bytes holds byte p of
 // every element, in order. Neither direction knows about compression.
 //
-// Both run as fast as memory allows for 2- and 4-byte elements (bf16,
-// fp16, fp32: nearly every byte of a training state), which have vector
-// paths; other sizes go a byte at a time.
+// 2- and 4-byte elements (bf16, fp16, fp32: nearly every byte of a
+// training state) have vector paths; other sizes go a byte at a time.
 #pragma once
 
 #include <cstddef>

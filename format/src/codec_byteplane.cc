@@ -11,7 +11,7 @@
 //
 // Speed matters as much as size here: a compressed save must outrun the
 // disk. So raw planes are split straight into the output and joined
-// straight from the input (byte_planes.h, at memory speed), and at fast
+// straight from the input (byte_planes.h, vectorized), and at fast
 // levels exponent planes are coded as literal-only zstd frames, by
 // ckfmt's own writer (zstd_literals.h) with a code built from the plane's
 // sample, or by libzstd where that writer declines (LiteralOnlyContext).
@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "ckfmt/codec.h"
 #include "byte_planes.h"
+#include "ckfmt/codec.h"
 #include "ckfmt/file_layout.h"
 #include "zstd_context.h"
 #include "zstd_frame.h"
