@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <map>
 
-#include "ckfmt/checksum.h"
 #include "device/device_ops.h"  // DeviceName
 
 namespace ckfmt {
@@ -30,8 +29,8 @@ Result<StoredChunk> EncodeForStorage(Codec codec, int level, const ChunkJob& job
   CKFMT_ASSIGN_OR_RETURN(size_t n, EncodeChunk(codec, level, job.element_size, job.src, job.size,
                                                scratch, capacity));
   // Chunks that do not shrink are stored raw: decoding them costs nothing.
-  if (n >= job.size) return StoredChunk{job.src, job.size, Codec::kNone, Checksum(job.src, job.size)};
-  return StoredChunk{scratch, n, codec, Checksum(scratch, n)};
+  if (n >= job.size) return StoredChunk{job.src, job.size, Codec::kNone};
+  return StoredChunk{scratch, n, codec};
 }
 
 std::vector<size_t> SpreadElementSizes(const std::vector<ChunkJob>& jobs) {

@@ -552,9 +552,11 @@ Status CheckpointWriter::Impl::ChunkError(const ChunkJob& job, const Status& err
 }
 
 Status CheckpointWriter::Impl::PutEncoded(const ChunkJob& job, const StoredChunk& c) {
-  // Chunks may span slots here: every write is a whole slot.
-  CKFMT_ASSIGN_OR_RETURN(uint64_t offset, out_->Put(c.data, c.size));
-  Record(job, {offset, c.size, job.size, c.checksum, uint8_t(c.codec)});
+  // Chunks may span slots here: every write is a whole slot. They are
+  // hashed as they are copied (StoredChunk says why).
+  ChecksumStream sum;
+  CKFMT_ASSIGN_OR_RETURN(uint64_t offset, out_->Put(c.data, c.size, &sum));
+  Record(job, {offset, c.size, job.size, sum.Digest(), uint8_t(c.codec)});
   return Status::OK();
 }
 

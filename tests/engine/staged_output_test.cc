@@ -1,6 +1,7 @@
 // StagedOutput's file allocation: ahead of the writes for a writer that owns
 // the file, never for one that writes a range of another's file. What it
-// reports of finished writes, and SyncBehind, which syncs on those reports.
+// reports of finished writes, the checksums Put computes as it copies, and
+// SyncBehind, which syncs on those reports.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -15,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "ckfmt/checksum.h"
 #include "ckfmt/file_layout.h"
 #include "io/file.h"
 #include "io/staged_output.h"
@@ -155,6 +157,34 @@ TEST(StagedOutputRangeTest, ARangeWriterLeavesTheRestOfTheFileAlone) {
   std::vector<uint8_t> expected = before;
   std::copy(mine.begin(), mine.end(), expected.begin() + 8 * kMiB);
   EXPECT_EQ(ckfmt_test::FileSize(path), before.size());
+  EXPECT_TRUE(ckfmt_test::ReadFileBytes(path) == std::string(expected.begin(), expected.end()));
+}
+
+// A chunk hashed while Put copies it gets the checksum of its bytes,
+// whether it fits a slot, fills one exactly or spans several; the file
+// holds the same bytes as without hashing.
+TEST(StagedOutputChecksumTest, PutHashesEveryPieceOfAChunk) {
+  ckfmt_test::ScopedTempDir dir;
+  const std::string path = dir.File("out.bin");
+  auto file = File::Create(path, /*direct=*/true);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  constexpr size_t kSlot = 256 << 10;
+  auto out = StagedOutput::Create(*file, IoOptions{}, kSlot, 4);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  const std::vector<size_t> sizes = {1, 5000, kSlot, kSlot + 1, 3 * kSlot - 4096 + 17, 300 << 10};
+  std::vector<uint8_t> expected;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const std::vector<uint8_t> chunk = RandomBytes(sizes[i], 60 + uint32_t(i));
+    ChecksumStream sum;
+    auto at = (*out)->Put(chunk.data(), chunk.size(), &sum);
+    ASSERT_TRUE(at.ok()) << at.status().ToString();
+    EXPECT_EQ(*at, expected.size()) << "chunk " << i;
+    EXPECT_EQ(sum.Digest(), Checksum(chunk.data(), chunk.size())) << "chunk of " << sizes[i];
+    expected.insert(expected.end(), chunk.begin(), chunk.end());
+    expected.resize(AlignUp(expected.size()), 0);
+  }
+  ASSERT_TRUE((*out)->Finish().ok());
+  ASSERT_TRUE(file->Close().ok());
   EXPECT_TRUE(ckfmt_test::ReadFileBytes(path) == std::string(expected.begin(), expected.end()));
 }
 

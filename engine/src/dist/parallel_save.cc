@@ -99,7 +99,7 @@ Status EncodeLocalChunk(const SaveOptions& so, const uint8_t* raw, LocalChunk* c
   CKFMT_ASSIGN_OR_RETURN(StoredChunk s, EncodeForStorage(so.codec, so.level, job,
                                                          reinterpret_cast<uint8_t*>(out.data()),
                                                          out.size()));
-  c->checksum = s.checksum;
+  c->checksum = Checksum(s.data, s.size);
   c->has_checksum = true;
   if (s.codec == Codec::kNone) return Status::OK();
   out.resize(s.size);

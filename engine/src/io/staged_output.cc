@@ -117,11 +117,17 @@ Status StagedOutput::SubmitReady() {
   return current_ < 0 ? TakeSlot() : Status::OK();
 }
 
-Status StagedOutput::Append(const void* data, size_t n) {
+Status StagedOutput::Append(const void* data, size_t n, ChecksumStream* sum) {
   const auto* p = static_cast<const uint8_t*>(data);
   while (n > 0) {
     size_t take = std::min(n, block_size_ - fill_);
-    CopyUncached(slots_[current_].data() + fill_, p, take);  // next read by the disk
+    // Next read by the disk: stored around the cache.
+    uint8_t* dst = slots_[current_].data() + fill_;
+    if (sum) {
+      sum->CopyAndUpdate(dst, p, take);
+    } else {
+      CopyUncached(dst, p, take);
+    }
     fill_ += take;
     p += take;
     n -= take;
@@ -130,9 +136,9 @@ Status StagedOutput::Append(const void* data, size_t n) {
   return Status::OK();
 }
 
-Result<uint64_t> StagedOutput::Put(const void* data, size_t n) {
+Result<uint64_t> StagedOutput::Put(const void* data, size_t n, ChecksumStream* sum) {
   const uint64_t at = position();
-  CKFMT_RETURN_IF_ERROR(Append(data, n));
+  CKFMT_RETURN_IF_ERROR(Append(data, n, sum));
   // Slots are 4096-multiples, so the padding never crosses into the next.
   size_t padded = AlignUp(fill_);
   std::memset(slots_[current_].data() + fill_, 0, padded - fill_);

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "ckfmt/checksum.h"
 #include "io/block_io.h"
 
 namespace ckfmt {
@@ -42,11 +43,13 @@ class StagedOutput {
   Status Poll();
   // Copies `n` bytes to the next aligned position, spanning slots as needed,
   // and zero-pads them to alignment; every slot they fill starts writing.
-  // Returns their file offset. REQUIRES: no reservation held back; the
-  // position is a multiple of 4096.
-  Result<uint64_t> Put(const void* data, size_t n);
-  // Appends bytes at the current position, unaligned (the index and footer).
-  Status Append(const void* data, size_t n);
+  // With `sum`, also adds the bytes to it, each piece hashed as it is
+  // copied. Returns their file offset. REQUIRES: no reservation held back;
+  // the position is a multiple of 4096.
+  Result<uint64_t> Put(const void* data, size_t n, ChecksumStream* sum = nullptr);
+  // Appends bytes at the current position, unaligned (the index and footer);
+  // with `sum`, as Put().
+  Status Append(const void* data, size_t n, ChecksumStream* sum = nullptr);
   // Writes what remains and waits for every write.
   // REQUIRES: the position is a multiple of 4096.
   Status Finish();
