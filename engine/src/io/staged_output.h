@@ -8,10 +8,11 @@
 #include <memory>
 #include <vector>
 
-#include "ckfmt/checksum.h"
 #include "io/block_io.h"
 
 namespace ckfmt {
+
+class ChecksumStream;  // ckfmt/checksum.h
 
 class StagedOutput {
  public:
