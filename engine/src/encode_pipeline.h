@@ -44,11 +44,11 @@ struct FetchedChunk {
 // What to store for a chunk. Its checksum is the storer's to compute: a
 // sink that copies the bytes into staging hashes them in the same pass,
 // while each piece is in cache, instead of reading them from memory twice.
-// On 3.2 MiB chunks from memory (a one-off harness, 5 rounds): 3.8 GiB/s
-// copied and hashed against 2.9 hashed by the encoder and then copied, so
-// the cores do less; the thread that places chunks, which copied alone at
-// 4.3, is 12% slower, which bounds a save only where many encoders feed a
-// disk faster than one core copies.
+// On 3.2 MiB chunks from memory (BM_PlaceChunkFromMemory, medians of 5):
+// 3.90 GiB/s copied and hashed against 2.97 hashed by the encoder and then
+// copied, so the cores do less; the thread that places chunks, which
+// copied alone at 4.48, is 13% slower, which bounds a save only where many
+// encoders feed a disk faster than one core copies.
 struct StoredChunk {
   const uint8_t* data;  // the encoded bytes, or the job's source if stored raw
   size_t size;
