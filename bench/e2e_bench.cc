@@ -279,6 +279,9 @@ int main(int argc, char** argv) {
   // The same read while every core spins (BusyCores): a load or verify that
   // decodes on every core gets no more from the disk than this.
   Series raw_r_busy{"raw read, every core busy (nice 19)"};
+  // The same read hashing every block on every core (RawReadHashed): the
+  // most a verify, or a load that checks every byte, gets from the disk.
+  Series raw_r_hashed{"raw read, every block hashed (all cores)"};
   Series mcp{"memcpy of the state (1 thread)"};
   Series async_blocked{"async save, caller blocked (state / time)"};
   Series warm_load{"ckfmt load (none, page cache warm)"};
@@ -555,12 +558,18 @@ int main(int argc, char** argv) {
       raw_r_busy.Disk(d0, ReadDiskCounters(args.dir), tb);
       raw_r_busy.gibs.push_back(double(raw_bytes) / kGiB / tb);
     }
+    DropCache(raw_path);
+    d0 = ReadDiskCounters(args.dir);
+    const double th = RawReadHashed(raw_path, raw_bytes);
+    raw_r_hashed.Disk(d0, ReadDiskCounters(args.dir), th);
+    raw_r_hashed.gibs.push_back(double(raw_bytes) / kGiB / th);
     RemoveAndSettle(raw_path);
     if (!args.one_copy) mcp.gibs.push_back(MemcpyGiBs(L, src, &dst));
-    std::printf("  run %d: raw write %.3f GiB/s, raw read %.3f GiB/s (every core busy: %.3f), "
-                "memcpy %.2f GiB/s\n",
-                run, raw_w.gibs.back(), raw_r.gibs.back(), raw_r_busy.gibs.back(),
-                args.one_copy ? 0.0 : mcp.gibs.back());
+    std::printf(
+        "  run %d: raw write %.3f GiB/s, raw read %.3f GiB/s (every core busy: %.3f, "
+        "hashed: %.3f), memcpy %.2f GiB/s\n",
+        run, raw_w.gibs.back(), raw_r.gibs.back(), raw_r_busy.gibs.back(), raw_r_hashed.gibs.back(),
+        args.one_copy ? 0.0 : mcp.gibs.back());
     if (!args.one_copy) do_async(run);
     std::fflush(stdout);
     for (CodecRows& cr : rows) {
@@ -637,6 +646,7 @@ int main(int argc, char** argv) {
   row(raw_w, nullptr);
   row(raw_r, nullptr);
   row(raw_r_busy, &raw_r);
+  row(raw_r_hashed, &raw_r);
   row(mcp, nullptr);
   row(async_blocked, &mcp);
   row(warm_load, &mcp);
@@ -661,7 +671,7 @@ int main(int argc, char** argv) {
   std::printf("'vs raw' = median of the row / median of the raw write next to the save (saves)\n"
               "         or of the raw read of the same file next to the load (loads); of memcpy\n"
               "         for the async and page-cache-warm rows; of the raw read for the\n"
-              "         every-core-busy read;\n"
+              "         every-core-busy and hashed reads;\n"
               "'paired' = median over runs of (the row's figure / the same run's raw figure).\n"
               "'+RSS' = max over runs of the peak RSS during the operation minus the RSS before it\n"
               "         (VmHWM, reset through /proc/self/clear_refs before each operation).\n"
@@ -698,6 +708,7 @@ int main(int argc, char** argv) {
   kv("raw_write=%.3f", raw_w.Median());
   kv("raw_read=%.3f", raw_r.Median());
   kv("raw_read_busy_paired=%.2f", paired(raw_r_busy, raw_r));
+  kv("raw_read_hashed_paired=%.2f", paired(raw_r_hashed, raw_r));
   kv("memcpy=%.2f", mcp.Median());
   if (!async_blocked.gibs.empty()) {
     // Blocked time over memcpy time, steady state (median over runs).

@@ -9,12 +9,17 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <functional>
+#include <mutex>
+#include <optional>
 
+#include "ckfmt/checksum.h"
 #include "realistic_values.h"
 
 namespace ckfmt::bench {
@@ -169,34 +174,67 @@ RawIo::~RawIo() {
 
 namespace {
 
+// Buffer slots free for the next transfer. Slots come back from the
+// transfer loop or, for a hashed read, from the hashing threads.
+class FreeSlots {
+ public:
+  explicit FreeSlots(unsigned n) {
+    for (unsigned i = n; i-- > 0;) free_.push_back(i);
+  }
+  void Return(unsigned slot) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      free_.push_back(slot);
+    }
+    cv_.notify_one();
+  }
+  // A free slot, or none at once; with `wait`, blocks until there is one.
+  std::optional<unsigned> Take(bool wait) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (wait) cv_.wait(lock, [&] { return !free_.empty(); });
+    if (free_.empty()) return std::nullopt;
+    const unsigned slot = free_.back();
+    free_.pop_back();
+    return slot;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<unsigned> free_;
+};
+
 // Moves `nblocks` whole kRawBlock blocks between `fd` and memory, at most
-// kRawDepth in flight; block k uses buffer(k, slot), where `slot` is a free
-// one of kRawDepth.
-void RawBlocks(int fd, uint64_t nblocks, bool write,
-               const std::function<void*(uint64_t, unsigned)>& buffer) {
+// kRawDepth in flight; block k uses buffer(k, slot), where `slot` is one
+// `slots` holds free. A finished block's slot goes to done(slot), which
+// gives it back to `slots` now or later.
+void RawBlocks(int fd, uint64_t nblocks, bool write, FreeSlots& slots,
+               const std::function<void*(uint64_t, unsigned)>& buffer,
+               const std::function<void(unsigned)>& done) {
   io_uring ring;
   if (int e = io_uring_queue_init(kRawDepth, &ring, 0); e < 0) {
     Fatal(std::string("io_uring_queue_init: ") + std::strerror(-e));
   }
-  std::vector<unsigned> free_slots;
-  for (unsigned i = 0; i < kRawDepth; ++i) free_slots.push_back(i);
-  uint64_t submitted = 0, done = 0;
-  while (done < nblocks) {
+  uint64_t submitted = 0, finished = 0;
+  unsigned in_flight = 0;
+  while (finished < nblocks) {
     unsigned queued = 0;
-    while (!free_slots.empty() && submitted < nblocks) {
-      const unsigned slot = free_slots.back();
-      free_slots.pop_back();
+    while (in_flight < kRawDepth && submitted < nblocks) {
+      // With nothing in flight, only a slot given back can let this go on.
+      const std::optional<unsigned> slot = slots.Take(/*wait=*/in_flight == 0);
+      if (!slot) break;
       io_uring_sqe* sqe = io_uring_get_sqe(&ring);
       if (!sqe) Fatal("io_uring_get_sqe failed");
-      void* buf = buffer(submitted, slot);
+      void* buf = buffer(submitted, *slot);
       if (write) {
         io_uring_prep_write(sqe, fd, buf, kRawBlock, submitted * kRawBlock);
       } else {
         io_uring_prep_read(sqe, fd, buf, kRawBlock, submitted * kRawBlock);
       }
-      io_uring_sqe_set_data64(sqe, slot);
+      io_uring_sqe_set_data64(sqe, *slot);
       ++submitted;
       ++queued;
+      ++in_flight;
     }
     if (queued) {
       if (int e = io_uring_submit(&ring); e < 0) {
@@ -213,12 +251,21 @@ void RawBlocks(int fd, uint64_t nblocks, bool write,
             std::to_string(cqe->res) +
             (cqe->res < 0 ? std::string(" ") + std::strerror(-cqe->res) : std::string()));
       }
-      free_slots.push_back(unsigned(io_uring_cqe_get_data64(cqe)));
-      ++done;
+      const auto slot = unsigned(io_uring_cqe_get_data64(cqe));
+      ++finished;
+      --in_flight;
       io_uring_cqe_seen(&ring, cqe);
+      done(slot);
     } while (io_uring_peek_cqe(&ring, &cqe) == 0);
   }
   io_uring_queue_exit(&ring);
+}
+
+// RawBlocks with kRawDepth slots, each free again as soon as its transfer ends.
+void RawBlocks(int fd, uint64_t nblocks, bool write,
+               const std::function<void*(uint64_t, unsigned)>& buffer) {
+  FreeSlots slots(kRawDepth);
+  RawBlocks(fd, nblocks, write, slots, buffer, [&](unsigned slot) { slots.Return(slot); });
 }
 
 }  // namespace
@@ -243,6 +290,67 @@ double RawReadInto(const std::string& path, const std::vector<void*>& blocks) {
   if (fd < 0) Fatal("open " + path + ": " + std::strerror(errno));
   const auto t0 = Clock::now();
   RawBlocks(fd, blocks.size(), /*write=*/false, [&](uint64_t k, unsigned) { return blocks[k]; });
+  const auto t1 = Clock::now();
+  ::close(fd);
+  return Seconds(t0, t1);
+}
+
+double RawReadHashed(const std::string& path, uint64_t bytes) {
+  // Room for a queue's worth of blocks being hashed while as many are read.
+  constexpr unsigned kSlots = 2 * kRawDepth;
+  static const std::vector<void*> bufs = [] {
+    std::vector<void*> v;
+    for (unsigned i = 0; i < kSlots; ++i) {
+      void* b = nullptr;
+      if (posix_memalign(&b, kHugePage, kRawBlock) != 0) Fatal("out of memory");
+      (void)::madvise(b, kRawBlock, MADV_HUGEPAGE);
+      std::memset(b, 0, kRawBlock);
+      v.push_back(b);
+    }
+    return v;
+  }();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT);
+  if (fd < 0) Fatal("open " + path + ": " + std::strerror(errno));
+  FreeSlots slots(kSlots);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<unsigned> to_hash;
+  bool reads_done = false;
+  std::atomic<uint64_t> digest{0};  // an atomic result keeps the hashing from being elided
+  std::vector<std::thread> hashers;
+  const auto t0 = Clock::now();
+  for (unsigned i = 0; i < std::max(1u, std::thread::hardware_concurrency()); ++i) {
+    hashers.emplace_back([&] {
+      for (;;) {
+        unsigned slot;
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return reads_done || !to_hash.empty(); });
+          if (to_hash.empty()) return;
+          slot = to_hash.front();
+          to_hash.pop_front();
+        }
+        digest.fetch_xor(Checksum(bufs[slot], kRawBlock), std::memory_order_relaxed);
+        slots.Return(slot);
+      }
+    });
+  }
+  RawBlocks(
+      fd, bytes / kRawBlock, /*write=*/false, slots,
+      [&](uint64_t, unsigned slot) { return bufs[slot]; },
+      [&](unsigned slot) {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          to_hash.push_back(slot);
+        }
+        cv.notify_one();
+      });
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    reads_done = true;
+  }
+  cv.notify_all();
+  for (std::thread& h : hashers) h.join();
   const auto t1 = Clock::now();
   ::close(fd);
   return Seconds(t0, t1);

@@ -84,6 +84,14 @@ double RawTransfer(const std::string& path, uint64_t bytes, bool write, RawIo& i
 // segments the disk gets.
 double RawReadInto(const std::string& path, const std::vector<void*>& blocks);
 
+// Seconds to read `bytes` of `path` (a multiple of kRawBlock) as RawTransfer
+// reads, with every block hashed (ckfmt's checksum) on a thread per core
+// before its buffer is read into again; 2 * kRawDepth buffers let the next
+// reads go on meanwhile. The most a verify, or a load that checks every
+// byte, can get from this disk: touching freshly read memory slows some
+// virtual disks.
+double RawReadHashed(const std::string& path, uint64_t bytes);
+
 // While alive, a thread per hardware thread spins at the lowest priority
 // (nice 19): what a raw transfer gets from the disk while every core is
 // busy, as it is during a load that decodes on all of them. The priority
