@@ -246,7 +246,8 @@ Result<LoadReport> LoadImpl(CheckpointReader::Impl& r, Value* sd, const LoadOpti
     Value* v = sd->Find(e->path);
     if (e->kind == EntryKind::kTensor) {
       Tensor& t = v->as_tensor();
-      targets.push_back({e, t.region(), static_cast<uint8_t*>(t.data()), t.device()});
+      targets.push_back(
+          {e, t.region(), static_cast<uint8_t*>(t.data()), t.device(), t.on_huge_pages()});
     } else {
       Bytes& b = v->as_bytes();
       b.content_type = e->content_type;

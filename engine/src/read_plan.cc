@@ -21,6 +21,7 @@ struct Copy {
   uint8_t* dst;
   uint64_t len;
   DeviceStream* stream;  // non-null: dst is device memory
+  bool on_huge_pages;    // dst is in a Tensor with on_huge_pages()
 };
 
 struct ChunkTask {
@@ -75,7 +76,9 @@ Status PlanTarget(const File& file, const ReadTarget& target, DeviceStream* stre
         t.entry = &e;
         t.chunk = &c;
         t.raw_begin = chunk_begin;
-        t.copies.push_back({lo - chunk_begin, target.dst + (run.dst_offset * es + (lo - run.src_offset * es)), take, stream});
+        t.copies.push_back({lo - chunk_begin,
+                            target.dst + (run.dst_offset * es + (lo - run.src_offset * es)), take,
+                            stream, target.on_huge_pages});
         t.device = t.device || stream;
         lo += take;
       }
@@ -175,12 +178,14 @@ Status ProcessChunk(const File& file, const ChunkTask& t, const uint8_t* stored,
 // Where a chunk can be read straight into its destination, with no copy
 // out of staging: an uncompressed chunk that one host copy takes whole, of
 // whole blocks, into memory aligned as O_DIRECT needs (`mem_align`, 0:
-// nothing is read straight into place). nullptr otherwise.
-uint8_t* DirectDestination(const ChunkTask& t, uint32_t mem_align) {
+// nothing is read straight into place), on huge pages unless `any_memory`.
+// nullptr otherwise.
+uint8_t* DirectDestination(const ChunkTask& t, uint32_t mem_align, bool any_memory) {
   const ChunkRecord& c = *t.chunk;
   if (mem_align == 0 || t.device || c.codec != uint8_t(Codec::kNone) || t.copies.size() != 1 ||
-      t.copies[0].len != c.raw_size || c.raw_size != c.stored_size || c.raw_size == 0 ||
-      c.raw_size % kAlignment != 0 || c.offset % kAlignment != 0) {
+      !(any_memory || t.copies[0].on_huge_pages) || t.copies[0].len != c.raw_size ||
+      c.raw_size != c.stored_size || c.raw_size == 0 || c.raw_size % kAlignment != 0 ||
+      c.offset % kAlignment != 0) {
     return nullptr;
   }
   uint8_t* dst = t.copies[0].dst;
@@ -192,14 +197,15 @@ uint8_t* DirectDestination(const ChunkTask& t, uint32_t mem_align) {
 // its own; `order` lists the tasks as the requests' items, `direct` gets
 // each request's destination (see ScanJob::direct).
 std::vector<ScanRequest> GroupRequests(const std::map<uint64_t, ChunkTask>& tasks, uint64_t block,
-                                       uint32_t mem_align, std::vector<const ChunkTask*>* order,
+                                       uint32_t mem_align, bool any_memory,
+                                       std::vector<const ChunkTask*>* order,
                                        std::vector<uint8_t*>* direct) {
   std::vector<ScanRequest> reqs;
   for (const auto& [offset, t] : tasks) {
     const uint64_t end = AlignUp(offset + t.chunk->stored_size);
     const size_t item = order->size();
     order->push_back(&t);
-    uint8_t* dst = DirectDestination(t, mem_align);
+    uint8_t* dst = DirectDestination(t, mem_align, any_memory);
     if (!reqs.empty() && !dst && !direct->back()) {
       ScanRequest& r = reqs.back();
       if (offset >= r.end && offset - r.end <= kMaxGap && end - r.begin <= block) {
@@ -282,18 +288,21 @@ Status ReadSession::SetUpIo(uint64_t size, uint64_t staged, uint64_t block) {
   return Status::OK();
 }
 
-bool ReadSession::DirectToHost() {
-  if (!file_.direct()) return false;
+ReadSession::DirectReads ReadSession::DirectToHost() {
+  if (!file_.direct()) return DirectReads::kNone;
   switch (options_.host_reads) {
-    case HostReads::kDirect: return true;
-    case HostReads::kStaged: return false;
+    case HostReads::kDirect:
+      return DirectReads::kAll;
+    case HostReads::kStaged:
+      return DirectReads::kNone;
     case HostReads::kAuto: break;
   }
   if (!on_virtio_) {
     struct stat st;
     on_virtio_ = ::fstat(file_.fd(), &st) == 0 && IsVirtioDisk(st.st_dev);
   }
-  return !*on_virtio_;
+  // A virtio disk takes a read into huge pages in whole segments.
+  return *on_virtio_ ? DirectReads::kHugePages : DirectReads::kAll;
 }
 
 Result<DeviceStream*> ReadSession::DeviceStreamFor(Device device) {
@@ -350,8 +359,10 @@ Status ReadSession::ReadOnce(const std::vector<ReadTarget>& targets, ThreadPool&
       AlignUp(std::clamp<uint64_t>(options_.io.block_size, kAlignment, AlignUp(size)));
   ScanJob job;
   std::vector<const ChunkTask*> order;
-  const uint32_t mem_align = DirectToHost() ? file_.direct_memory_alignment() : 0;
-  job.requests = GroupRequests(tasks, block, mem_align, &order, &job.direct);
+  const DirectReads direct = DirectToHost();
+  const uint32_t mem_align = direct != DirectReads::kNone ? file_.direct_memory_alignment() : 0;
+  job.requests =
+      GroupRequests(tasks, block, mem_align, direct == DirectReads::kAll, &order, &job.direct);
   for (const ChunkTask* t : order) job.item_begin.push_back(t->chunk->offset);
   uint64_t staged = 0;
   for (size_t r = 0; r < job.requests.size(); ++r) {

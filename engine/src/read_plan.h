@@ -22,6 +22,7 @@ struct ReadTarget {
   Region region;
   uint8_t* dst;
   Device device = {};
+  bool on_huge_pages = false;  // dst is in a Tensor with on_huge_pages()
 };
 
 // Reads of one open file. Staging, the I/O ring and the buffered
@@ -47,9 +48,10 @@ class ReadSession {
   // Makes staging_ fit reads of a `size`-byte file with `staged` bytes
   // through staging in requests up to `block`, keeping one that does.
   Status SetUpIo(uint64_t size, uint64_t staged, uint64_t block);
-  // Whether whole uncompressed chunks go straight into host destinations
+  // Which host destinations whole uncompressed chunks go straight into
   // (ReadOptions::host_reads; a kAuto answer is kept for the session).
-  bool DirectToHost();
+  enum class DirectReads { kNone, kHugePages, kAll };
+  DirectReads DirectToHost();
   // The stream for a target on `device`, setting up device staging first.
   Result<DeviceStream*> DeviceStreamFor(Device device);
 

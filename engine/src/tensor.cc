@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <limits>
+#include <string>
 
 namespace ckfmt {
 
@@ -28,6 +30,20 @@ void* MapHugeAligned(size_t len) {
   if (b + span > a + len) ::munmap(reinterpret_cast<void*>(a + len), b + span - (a + len));
   (void)::madvise(reinterpret_cast<void*>(a), len, MADV_HUGEPAGE);  // a no-op without THP
   return reinterpret_cast<void*>(a);
+}
+
+// Whether madvise(MADV_HUGEPAGE) can give a mapping huge pages: the
+// kernel's transparent huge pages are "always" or "madvise", not "never"
+// (or absent). Read once.
+bool HugePagesOnRequest() {
+  static const bool enabled = [] {
+    std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string modes;
+    std::getline(f, modes);
+    return modes.find("[always]") != std::string::npos ||
+           modes.find("[madvise]") != std::string::npos;
+  }();
+  return enabled;
 }
 
 }  // namespace
@@ -69,7 +85,9 @@ Tensor Tensor::Empty(DType dtype, Shape shape) {
     void* p = MapHugeAligned(len);
     if (!p) throw std::bad_alloc();
     std::shared_ptr<void> owner(p, [len](void* q) { ::munmap(q, len); });
-    return Owning(dtype, std::move(shape), p, std::move(owner));
+    Tensor t = Owning(dtype, std::move(shape), p, std::move(owner));
+    t.on_huge_pages_ = HugePagesOnRequest();
+    return t;
   }
   const size_t align = bytes >= kPageAlignedFrom ? 4096 : 64;
   size_t alloc = (bytes + align - 1) / align * align;

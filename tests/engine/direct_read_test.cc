@@ -216,4 +216,39 @@ TEST_F(DirectReadTest, FlippedByteInAChunkReadIntoPlaceFailsTheLoad) {
   EXPECT_EQ(at, chunks[0].raw_size + chunks[1].raw_size + 5);
 }
 
+// HostReads::kAuto reads straight into tensors on huge pages on any disk,
+// and into other memory only off a virtio disk (whose host may serve each
+// 4 KiB page of such memory on its own).
+TEST_F(DirectReadTest, AutoReadsStraightIntoHugePagesOnAnyDisk) {
+  constexpr uint64_t kElems = 1 << 20;  // 4 MiB: Tensor::Empty maps it on huge pages
+  Dict root;
+  root.Set("big", RandomTensor(DType::kF32, {kElems}, 3));
+  root.Set("plain", RandomTensor(DType::kF32, {kElems}, 4));
+  original = Value(std::move(root));
+  SaveOptions o;
+  o.chunk_size = kChunk;
+  o.fsync = false;
+  CKFMT_ASSERT_OK(ckfmt::Save(path, original, o));
+
+  std::unique_ptr<uint8_t, Free> plain_mem = PagePlus(kElems * 4);
+  Dict into_root;
+  into_root.Set("big", Tensor::Empty(DType::kF32, {kElems}));
+  into_root.Set("plain", Tensor::View(DType::kF32, {kElems}, plain_mem.get()));
+  Value into(std::move(into_root));
+  const bool huge = into.Find({"big"})->as_tensor().on_huge_pages();
+
+  auto report = LoadFromDisk(&into, /*verify=*/true, HostReads::kAuto);
+  CKFMT_ASSERT_OK(report);
+  // "plain" is read straight in or not, as the disk under the file decides.
+  const uint64_t big = huge ? ExpectedDirect("big", 0) : 0;
+  const uint64_t direct = report->bytes_read_direct;
+  EXPECT_TRUE(direct == big || direct == big + ExpectedDirect("plain", 0))
+      << direct << " bytes read straight into place; huge pages: " << huge;
+  for (const char* key : {"big", "plain"}) {
+    EXPECT_EQ(TensorBytes(into.Find({key})->as_tensor()),
+              TensorBytes(original.Find({key})->as_tensor()))
+        << key;
+  }
+}
+
 }  // namespace

@@ -207,6 +207,24 @@ TEST(TensorTest, HostTensorsAreAlignedBySize) {
   EXPECT_LT(MappingCount(), before + 8);
 }
 
+// Only a tensor in a huge-page mapping of its own says it is on huge pages,
+// and only where transparent huge pages are on (loads read straight into
+// such tensors, HostReads::kAuto).
+TEST(TensorTest, OnHugePagesOnlyForTheirOwnHugePageMapping) {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string modes;
+  std::getline(f, modes);
+  const bool thp =
+      modes.find("[always]") != std::string::npos || modes.find("[madvise]") != std::string::npos;
+  Tensor big = Tensor::Empty(DType::kU8, {Tensor::kHugePageAlignedFrom});
+  EXPECT_EQ(big.on_huge_pages(), thp) << modes;
+  EXPECT_EQ(Tensor(big).on_huge_pages(), thp);  // copies share the memory
+  EXPECT_EQ(Tensor::Zeros(DType::kF32, {1 << 20}).on_huge_pages(), thp);
+  EXPECT_FALSE(Tensor::Empty(DType::kU8, {Tensor::kHugePageAlignedFrom - 1}).on_huge_pages());
+  EXPECT_FALSE(
+      Tensor::View(DType::kU8, {Tensor::kHugePageAlignedFrom}, big.data()).on_huge_pages());
+}
+
 TEST(TensorTest, HostAllocator) {
   Allocator a = HostAllocator();
   auto t = a(DType::kBF16, {7, 3}, {"x"}, Device{});

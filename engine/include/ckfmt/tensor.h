@@ -69,6 +69,10 @@ class Tensor {
   const Shape& global_shape() const { return shard_ ? shard_->global_shape : shape_; }
   // The region of the global tensor this tensor holds.
   Region region() const { return shard_ ? shard_->region : Region::Whole(shape_); }
+  // Whether the memory is a mapping of its own that Empty() or Zeros() asked
+  // huge pages for, with transparent huge pages enabled. Loads read straight
+  // into such memory even where they stage other reads (HostReads::kAuto).
+  bool on_huge_pages() const { return on_huge_pages_; }
 
  private:
   DType dtype_ = DType::kF32;
@@ -78,6 +82,7 @@ class Tensor {
   Device device_;
   std::shared_ptr<void> owner_;
   std::optional<ShardSpec> shard_;
+  bool on_huge_pages_ = false;
 };
 
 // Allocates a tensor for an entry that the caller's state dict lacks. A
