@@ -279,8 +279,8 @@ int main(int argc, char** argv) {
   // The same read while every core spins (BusyCores): a load or verify that
   // decodes on every core gets no more from the disk than this.
   Series raw_r_busy{"raw read, every core busy (nice 19)"};
-  // The same read hashing every block on every core (RawReadHashed): the
-  // most a verify, or a load that checks every byte, gets from the disk.
+  // The same read hashing every block on every core (RawReadHashed): what
+  // a verify, or a load that checks every byte, can expect from the disk.
   Series raw_r_hashed{"raw read, every block hashed (all cores)"};
   Series mcp{"memcpy of the state (1 thread)"};
   Series async_blocked{"async save, caller blocked (state / time)"};

@@ -87,9 +87,10 @@ double RawReadInto(const std::string& path, const std::vector<void*>& blocks);
 // Seconds to read `bytes` of `path` (a multiple of kRawBlock) as RawTransfer
 // reads, with every block hashed (ckfmt's checksum) on a thread per core
 // before its buffer is read into again; 2 * kRawDepth buffers let the next
-// reads go on meanwhile. The most a verify, or a load that checks every
-// byte, can get from this disk: touching freshly read memory slows some
-// virtual disks.
+// reads go on meanwhile. What reading and checking every byte gets from
+// this disk, to hold verifies and checked loads against: reading memory a
+// virtual disk has just filled slows some of them (bench/HISTORY.md, runs
+// AC and AD).
 double RawReadHashed(const std::string& path, uint64_t bytes);
 
 // While alive, a thread per hardware thread spins at the lowest priority

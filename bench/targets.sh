@@ -61,7 +61,7 @@ echo "  (--checksums-only, which decodes nothing, / raw read, paired: zstd file"
 echo "  (raw read with every core busy / idle raw read, paired: $(val raw_read_busy_paired);" \
      "loads and verifies that decode on every core get no more from this disk)"
 echo "  (raw read hashing every block on every core / idle raw read, paired:" \
-     "$(val raw_read_hashed_paired); verifies and loads that check every byte get no more)"
+     "$(val raw_read_hashed_paired); what verifies and loads that check every byte can expect)"
 echo "  (in-place load / raw read of the file into the load's own tensors, paired:" \
      "$(val load_none_vs_raw_into_tensors_paired); that read gets $(val raw_read_into_tensors) GiB/s" \
      "against the raw read's $(val raw_read_none) into huge pages)"
