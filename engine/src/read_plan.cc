@@ -291,10 +291,8 @@ Status ReadSession::SetUpIo(uint64_t size, uint64_t staged, uint64_t block) {
 ReadSession::DirectReads ReadSession::DirectToHost() {
   if (!file_.direct()) return DirectReads::kNone;
   switch (options_.host_reads) {
-    case HostReads::kDirect:
-      return DirectReads::kAll;
-    case HostReads::kStaged:
-      return DirectReads::kNone;
+    case HostReads::kDirect: return DirectReads::kAll;
+    case HostReads::kStaged: return DirectReads::kNone;
     case HostReads::kAuto: break;
   }
   if (!on_virtio_) {

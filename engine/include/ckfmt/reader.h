@@ -49,8 +49,9 @@ struct ReadOptions {
   // process and staged ones at 2.2-3.5, whatever the memory. Staging costs
   // a copy on the worker threads; on NVMe, which takes scattered pages at
   // full speed, direct reads save it. Huge pages reach a virtio disk whole:
-  // into tensors a load made (Tensor::Empty), direct reloads ran at 0.77-0.91x
-  // the raw read and staged ones at 0.72-0.80x (4 alternations).
+  // into tensors a load made (Tensor::Empty), direct reloads ran at 0.80-0.85x
+  // the raw read and staged ones at 0.75-0.79x (3 alternations, "Direct reads
+  // into huge pages" in bench/HISTORY.md).
   HostReads host_reads = HostReads::kAuto;
 };
 
