@@ -279,6 +279,9 @@ int main(int argc, char** argv) {
   // The same read while every core spins (BusyCores): a load or verify that
   // decodes on every core gets no more from the disk than this.
   Series raw_r_busy{"raw read, every core busy (nice 19)"};
+  // The same read while one core copies memory of its own: what any pass
+  // over memory at the disk's pace costs it, whatever memory it is.
+  Series raw_r_copying{"raw read, one core copying other memory"};
   // The same read hashing every block on every core (RawReadHashed): what
   // a verify, or a load that checks every byte, can expect from the disk.
   Series raw_r_hashed{"raw read, every block hashed (all cores)"};
@@ -559,6 +562,14 @@ int main(int argc, char** argv) {
       raw_r_busy.gibs.push_back(double(raw_bytes) / kGiB / tb);
     }
     DropCache(raw_path);
+    {
+      BusyCores copying(BusyCores::Work::kCopy, 1);
+      d0 = ReadDiskCounters(args.dir);
+      const double tc = RawTransfer(raw_path, raw_bytes, /*write=*/false, rawio);
+      raw_r_copying.Disk(d0, ReadDiskCounters(args.dir), tc);
+      raw_r_copying.gibs.push_back(double(raw_bytes) / kGiB / tc);
+    }
+    DropCache(raw_path);
     d0 = ReadDiskCounters(args.dir);
     const double th = RawReadHashed(raw_path, raw_bytes);
     raw_r_hashed.Disk(d0, ReadDiskCounters(args.dir), th);
@@ -567,9 +578,9 @@ int main(int argc, char** argv) {
     if (!args.one_copy) mcp.gibs.push_back(MemcpyGiBs(L, src, &dst));
     std::printf(
         "  run %d: raw write %.3f GiB/s, raw read %.3f GiB/s (every core busy: %.3f, "
-        "hashed: %.3f), memcpy %.2f GiB/s\n",
-        run, raw_w.gibs.back(), raw_r.gibs.back(), raw_r_busy.gibs.back(), raw_r_hashed.gibs.back(),
-        args.one_copy ? 0.0 : mcp.gibs.back());
+        "one copying: %.3f, hashed: %.3f), memcpy %.2f GiB/s\n",
+        run, raw_w.gibs.back(), raw_r.gibs.back(), raw_r_busy.gibs.back(),
+        raw_r_copying.gibs.back(), raw_r_hashed.gibs.back(), args.one_copy ? 0.0 : mcp.gibs.back());
     if (!args.one_copy) do_async(run);
     std::fflush(stdout);
     for (CodecRows& cr : rows) {
@@ -646,6 +657,7 @@ int main(int argc, char** argv) {
   row(raw_w, nullptr);
   row(raw_r, nullptr);
   row(raw_r_busy, &raw_r);
+  row(raw_r_copying, &raw_r);
   row(raw_r_hashed, &raw_r);
   row(mcp, nullptr);
   row(async_blocked, &mcp);
@@ -671,7 +683,7 @@ int main(int argc, char** argv) {
   std::printf("'vs raw' = median of the row / median of the raw write next to the save (saves)\n"
               "         or of the raw read of the same file next to the load (loads); of memcpy\n"
               "         for the async and page-cache-warm rows; of the raw read for the\n"
-              "         every-core-busy and hashed reads;\n"
+              "         every-core-busy, copying and hashed reads;\n"
               "'paired' = median over runs of (the row's figure / the same run's raw figure).\n"
               "'+RSS' = max over runs of the peak RSS during the operation minus the RSS before it\n"
               "         (VmHWM, reset through /proc/self/clear_refs before each operation).\n"
@@ -708,6 +720,7 @@ int main(int argc, char** argv) {
   kv("raw_write=%.3f", raw_w.Median());
   kv("raw_read=%.3f", raw_r.Median());
   kv("raw_read_busy_paired=%.2f", paired(raw_r_busy, raw_r));
+  kv("raw_read_copying_paired=%.2f", paired(raw_r_copying, raw_r));
   kv("raw_read_hashed_paired=%.2f", paired(raw_r_hashed, raw_r));
   kv("memcpy=%.2f", mcp.Median());
   if (!async_blocked.gibs.empty()) {

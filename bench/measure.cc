@@ -375,14 +375,29 @@ double OpMeter::Stop(Series& s) {
   return seconds;
 }
 
-BusyCores::BusyCores() {
-  const unsigned n = std::max(1u, std::thread::hardware_concurrency());
+BusyCores::BusyCores(Work work, unsigned threads) {
+  const unsigned n = threads ? threads : std::max(1u, std::thread::hardware_concurrency());
   for (unsigned i = 0; i < n; ++i) {
-    threads_.emplace_back([this] {
+    threads_.emplace_back([this, work] {
       (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);  // this thread only
+      if (work == Work::kSpin) {
+        while (!stop_.load(std::memory_order_relaxed)) {
+        }
+        return;
+      }
+      // Far larger than any cache: every copy goes to memory and back.
+      const size_t n = size_t(256) << 20;
+      std::vector<uint8_t> from(n, 1), to(n, 2);
+      ++ready_;
       while (!stop_.load(std::memory_order_relaxed)) {
+        std::memcpy(to.data(), from.data(), n);
+        asm volatile("" : : "r"(to.data()) : "memory");  // the copy is the point: keep it
       }
     });
+  }
+  // Faulting the buffers in is not part of what the caller measures.
+  if (work == Work::kCopy) {
+    while (ready_.load() < n) std::this_thread::yield();
   }
 }
 

@@ -88,9 +88,9 @@ double RawReadInto(const std::string& path, const std::vector<void*>& blocks);
 // reads, with every block hashed (ckfmt's checksum) on a thread per core
 // before its buffer is read into again; 2 * kRawDepth buffers let the next
 // reads go on meanwhile. What reading and checking every byte gets from
-// this disk, to hold verifies and checked loads against: reading memory a
-// virtual disk has just filled slows some of them (bench/HISTORY.md, runs
-// AC and AD).
+// this disk, to hold verifies and checked loads against: on some virtual
+// disks any pass over memory at the disk's pace slows the disk
+// (bench/HISTORY.md, runs AC-AF).
 double RawReadHashed(const std::string& path, uint64_t bytes);
 
 // While alive, a thread per hardware thread spins at the lowest priority
@@ -98,16 +98,21 @@ double RawReadHashed(const std::string& path, uint64_t bytes);
 // busy, as it is during a load that decodes on all of them. The priority
 // keeps the transfer's own thread first in line for a core, so a slowdown
 // is the machine's (a VM's virtual disk needs host CPU time too), not the
-// scheduler's.
+// scheduler's. With kCopy, `threads` threads (0: one per hardware thread)
+// instead memcpy 256 MiB between two buffers of their own over and over:
+// what the disk gets while the guest moves memory it never reads from or
+// writes to, as a load's or verify's every pass over the data does.
 class BusyCores {
  public:
-  BusyCores();
+  enum class Work { kSpin, kCopy };
+  explicit BusyCores(Work work = Work::kSpin, unsigned threads = 0);
   ~BusyCores();
   BusyCores(const BusyCores&) = delete;
   BusyCores& operator=(const BusyCores&) = delete;
 
  private:
   std::atomic<bool> stop_{false};
+  std::atomic<unsigned> ready_{0};  // copying threads with their buffers faulted in
   std::vector<std::thread> threads_;
 };
 

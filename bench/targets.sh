@@ -60,6 +60,8 @@ echo "  (--checksums-only, which decodes nothing, / raw read, paired: zstd file"
      "$(val verify_sums_zstd_paired), byte-plane file $(val verify_sums_byteplane_zstd_paired))"
 echo "  (raw read with every core busy / idle raw read, paired: $(val raw_read_busy_paired);" \
      "loads and verifies that decode on every core get no more from this disk)"
+echo "  (raw read while one core copies memory of its own / idle raw read, paired:" \
+     "$(val raw_read_copying_paired); what any pass over memory takes from this disk)"
 echo "  (raw read hashing every block on every core / idle raw read, paired:" \
      "$(val raw_read_hashed_paired); what verifies and loads that check every byte can expect)"
 echo "  (in-place load / raw read of the file into the load's own tensors, paired:" \
