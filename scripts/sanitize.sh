@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# The whole test suite under GCC's sanitizers. Not part of CI: on 2 cores a
-# build takes about 8 minutes and a run 2, which would more than double
-# CI's time. Run it after changes to parsers, codecs, I/O or threading; it
-# found an undefined shift in the literals coder that no plain test could.
+# The test suite under GCC's sanitizers. The whole suite is not part of CI:
+# on 2 cores a build takes about 8 minutes and a run 2, which would more
+# than double CI's time. Run it after changes to parsers, codecs, I/O or
+# threading; it found an undefined shift in the literals coder that no
+# plain test could. CI runs the fuzz replays alone (`replays`: a 4-minute
+# build, a 10-second run), so that every parser of untrusted bytes meets
+# its seeds' mutants under the sanitizers on every change.
 #
 #   scripts/sanitize.sh           AddressSanitizer + UndefinedBehaviorSanitizer,
 #                                 in ./build-san
+#   scripts/sanitize.sh replays   the same, building and running only the
+#                                 fuzz replays (ctest -L fuzz)
 #   scripts/sanitize.sh thread    ThreadSanitizer, in ./build-tsan (data races
 #                                 among the I/O, codec and copy threads)
 #
@@ -29,13 +34,17 @@ fi
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCKFMT_BUILD_BENCH=OFF \
   -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="-O1 $flags" \
   -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" >/dev/null
-cmake --build "$dir" -j "$(nproc)"
+target=all
+[ "${1:-}" = replays ] && target=fuzz_replays
+cmake --build "$dir" -j "$(nproc)" --target "$target"
 
 run() { ctest --test-dir "$dir" --output-on-failure -j "$(nproc)" --timeout 900 "$@"; }
-if [ "$dir" = build-tsan ]; then
+export UBSAN_OPTIONS=print_stacktrace=1
+if [ "$target" = fuzz_replays ]; then
+  ASAN_OPTIONS=detect_leaks=1 run -L fuzz
+elif [ "$dir" = build-tsan ]; then
   TSAN_OPTIONS=halt_on_error=1 run -LE 'mpi|python' -E '^package\.'
 else
-  export UBSAN_OPTIONS=print_stacktrace=1
   ASAN_OPTIONS=detect_leaks=1 run -LE 'mpi|python' -E '^package\.'
   ASAN_OPTIONS=detect_leaks=0 run -L mpi
 fi
