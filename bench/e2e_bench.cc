@@ -397,16 +397,21 @@ int main(int argc, char** argv) {
   // pages need two; how fast it goes depends on how the memory was faulted
   // in (ReadOptions::host_reads).
   Series raw_read_into{"raw read of the none file into the load's tensors"};
+  // Drops `path`'s cached pages, then times read(), which returns the
+  // seconds it took to read `bytes`, into `s`.
+  auto time_read = [&](const std::string& path, uint64_t bytes, Series& s, auto&& read) {
+    DropCache(path);
+    const DiskCounters d0 = ReadDiskCounters(args.dir);
+    const double t = read();
+    s.Disk(d0, ReadDiskCounters(args.dir), t);
+    s.gibs.push_back(double(bytes) / kGiB / t);
+  };
   auto raw_read_into_tensors = [&](const std::string& path, const ckfmt::Value& into, Series& s,
                                    int run) {
     std::vector<void*> blocks = WholeBlocks(into, kRawBlock);
     blocks.resize(std::min<size_t>(blocks.size(), std::filesystem::file_size(path) / kRawBlock));
     if (blocks.empty()) return;
-    DropCache(path);
-    const DiskCounters d0 = ReadDiskCounters(args.dir);
-    const double t = RawReadInto(path, blocks);
-    s.Disk(d0, ReadDiskCounters(args.dir), t);
-    s.gibs.push_back(double(blocks.size() * kRawBlock) / kGiB / t);
+    time_read(path, blocks.size() * kRawBlock, s, [&] { return RawReadInto(path, blocks); });
     std::printf("  run %d: %-36s %6.3f GiB/s\n", run, s.name.c_str(), s.gibs.back());
   };
 
@@ -479,13 +484,9 @@ int main(int argc, char** argv) {
 
   // Reads the whole 4 MiB blocks of `path`; GiB/s of stored bytes.
   auto do_raw_read = [&](const std::string& path, Series& s, int run) {
-    DropCache(path);
     const uint64_t bytes = std::filesystem::file_size(path) / kRawBlock * kRawBlock;
     if (bytes == 0) return;
-    const DiskCounters d0 = ReadDiskCounters(args.dir);
-    const double t = RawTransfer(path, bytes, /*write=*/false, rawio);
-    s.Disk(d0, ReadDiskCounters(args.dir), t);
-    s.gibs.push_back(double(bytes) / kGiB / t);
+    time_read(path, bytes, s, [&] { return RawTransfer(path, bytes, /*write=*/false, rawio); });
     std::printf("  run %d: %-36s %6.3f GiB/s\n", run, s.name.c_str(), s.gibs.back());
   };
 
@@ -544,36 +545,22 @@ int main(int argc, char** argv) {
   const auto b0 = Clock::now();
   for (int run = 0; run < args.runs; ++run) {
     warm_up_writes();
-    DiskCounters d0 = ReadDiskCounters(args.dir);
+    const DiskCounters d0 = ReadDiskCounters(args.dir);
     const double tw = RawTransfer(raw_path, raw_bytes, /*write=*/true, rawio);
     raw_w.Disk(d0, ReadDiskCounters(args.dir), tw);
     raw_w.gibs.push_back(double(raw_bytes) / kGiB / tw);
-    DropCache(raw_path);
-    d0 = ReadDiskCounters(args.dir);
-    const double tr = RawTransfer(raw_path, raw_bytes, /*write=*/false, rawio);
-    raw_r.Disk(d0, ReadDiskCounters(args.dir), tr);
-    raw_r.gibs.push_back(double(raw_bytes) / kGiB / tr);
-    DropCache(raw_path);
+    auto raw_read = [&] { return RawTransfer(raw_path, raw_bytes, /*write=*/false, rawio); };
+    time_read(raw_path, raw_bytes, raw_r, raw_read);
     {
       BusyCores busy;
-      d0 = ReadDiskCounters(args.dir);
-      const double tb = RawTransfer(raw_path, raw_bytes, /*write=*/false, rawio);
-      raw_r_busy.Disk(d0, ReadDiskCounters(args.dir), tb);
-      raw_r_busy.gibs.push_back(double(raw_bytes) / kGiB / tb);
+      time_read(raw_path, raw_bytes, raw_r_busy, raw_read);
     }
-    DropCache(raw_path);
     {
       BusyCores copying(BusyCores::Work::kCopy, 1);
-      d0 = ReadDiskCounters(args.dir);
-      const double tc = RawTransfer(raw_path, raw_bytes, /*write=*/false, rawio);
-      raw_r_copying.Disk(d0, ReadDiskCounters(args.dir), tc);
-      raw_r_copying.gibs.push_back(double(raw_bytes) / kGiB / tc);
+      time_read(raw_path, raw_bytes, raw_r_copying, raw_read);
     }
-    DropCache(raw_path);
-    d0 = ReadDiskCounters(args.dir);
-    const double th = RawReadHashed(raw_path, raw_bytes);
-    raw_r_hashed.Disk(d0, ReadDiskCounters(args.dir), th);
-    raw_r_hashed.gibs.push_back(double(raw_bytes) / kGiB / th);
+    time_read(raw_path, raw_bytes, raw_r_hashed,
+              [&] { return RawReadHashed(raw_path, raw_bytes); });
     RemoveAndSettle(raw_path);
     if (!args.one_copy) mcp.gibs.push_back(MemcpyGiBs(L, src, &dst));
     std::printf(

@@ -181,41 +181,53 @@ RawIo::~RawIo() {
 
 namespace {
 
-// Buffer slots free for the next transfer. Slots come back from the
-// transfer loop or, for a hashed read, from the hashing threads.
-class FreeSlots {
+// Buffer slots handed between threads, first in first out: the slots free
+// for the next transfer (given back by the transfer loop or, for a hashed
+// read, by the hashing threads), and the blocks read but not yet hashed.
+class SlotQueue {
  public:
-  explicit FreeSlots(unsigned n) {
-    for (unsigned i = n; i-- > 0;) free_.push_back(i);
+  // Holds slots 0 .. n-1.
+  explicit SlotQueue(unsigned n = 0) {
+    for (unsigned i = 0; i < n; ++i) slots_.push_back(i);
   }
-  void Return(unsigned slot) {
+  void Push(unsigned slot) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      free_.push_back(slot);
+      slots_.push_back(slot);
     }
     cv_.notify_one();
   }
-  // A free slot, or none at once; with `wait`, blocks until there is one.
+  // No more Push(): waiting Take()s return once the queue is empty.
+  void Close() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+    }
+    cv_.notify_all();
+  }
+  // The first slot, or none at once; with `wait`, blocks until there is
+  // one or the queue is closed.
   std::optional<unsigned> Take(bool wait) {
     std::unique_lock<std::mutex> lock(mu_);
-    if (wait) cv_.wait(lock, [&] { return !free_.empty(); });
-    if (free_.empty()) return std::nullopt;
-    const unsigned slot = free_.back();
-    free_.pop_back();
+    if (wait) cv_.wait(lock, [&] { return closed_ || !slots_.empty(); });
+    if (slots_.empty()) return std::nullopt;
+    const unsigned slot = slots_.front();
+    slots_.pop_front();
     return slot;
   }
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<unsigned> free_;
+  std::deque<unsigned> slots_;
+  bool closed_ = false;
 };
 
 // Moves `nblocks` whole kRawBlock blocks between `fd` and memory, at most
 // kRawDepth in flight; block k uses buffer(k, slot), where `slot` is one
 // `slots` holds free. A finished block's slot goes to done(slot), which
 // gives it back to `slots` now or later.
-void RawBlocks(int fd, uint64_t nblocks, bool write, FreeSlots& slots,
+void RawBlocks(int fd, uint64_t nblocks, bool write, SlotQueue& slots,
                const std::function<void*(uint64_t, unsigned)>& buffer,
                const std::function<void(unsigned)>& done) {
   io_uring ring;
@@ -271,8 +283,8 @@ void RawBlocks(int fd, uint64_t nblocks, bool write, FreeSlots& slots,
 // RawBlocks with kRawDepth slots, each free again as soon as its transfer ends.
 void RawBlocks(int fd, uint64_t nblocks, bool write,
                const std::function<void*(uint64_t, unsigned)>& buffer) {
-  FreeSlots slots(kRawDepth);
-  RawBlocks(fd, nblocks, write, slots, buffer, [&](unsigned slot) { slots.Return(slot); });
+  SlotQueue slots(kRawDepth);
+  RawBlocks(fd, nblocks, write, slots, buffer, [&](unsigned slot) { slots.Push(slot); });
 }
 
 }  // namespace
@@ -315,45 +327,23 @@ double RawReadHashed(const std::string& path, uint64_t bytes) {
   }();
   const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT);
   if (fd < 0) Fatal("open " + path + ": " + std::strerror(errno));
-  FreeSlots slots(kSlots);
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<unsigned> to_hash;
-  bool reads_done = false;
+  SlotQueue free_slots(kSlots), to_hash;
   std::atomic<uint64_t> digest{0};  // an atomic result keeps the hashing from being elided
   std::vector<std::thread> hashers;
   const auto t0 = Clock::now();
   for (unsigned i = 0; i < std::max(1u, std::thread::hardware_concurrency()); ++i) {
     hashers.emplace_back([&] {
-      for (;;) {
-        unsigned slot;
-        {
-          std::unique_lock<std::mutex> lock(mu);
-          cv.wait(lock, [&] { return reads_done || !to_hash.empty(); });
-          if (to_hash.empty()) return;
-          slot = to_hash.front();
-          to_hash.pop_front();
-        }
-        digest.fetch_xor(Checksum(bufs[slot], kRawBlock), std::memory_order_relaxed);
-        slots.Return(slot);
+      while (const std::optional<unsigned> slot = to_hash.Take(/*wait=*/true)) {
+        digest.fetch_xor(Checksum(bufs[*slot], kRawBlock), std::memory_order_relaxed);
+        free_slots.Push(*slot);
       }
     });
   }
   RawBlocks(
-      fd, bytes / kRawBlock, /*write=*/false, slots,
+      fd, bytes / kRawBlock, /*write=*/false, free_slots,
       [&](uint64_t, unsigned slot) { return bufs[slot]; },
-      [&](unsigned slot) {
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          to_hash.push_back(slot);
-        }
-        cv.notify_one();
-      });
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    reads_done = true;
-  }
-  cv.notify_all();
+      [&](unsigned slot) { to_hash.Push(slot); });
+  to_hash.Close();
   for (std::thread& h : hashers) h.join();
   const auto t1 = Clock::now();
   ::close(fd);
