@@ -48,6 +48,44 @@ Result<uint64_t> DeviceChecksum(std::unique_ptr<DeviceStaging>& staging, Device 
   return sum.Digest();
 }
 
+// What a local and a merged plan entry share, in the order both are sent:
+// what the entry is, and a scalar's value. Read back, a kind or dtype this
+// build does not know, or an empty path, fails the reader.
+template <typename Entry>
+void WriteEntryHead(WireWriter& w, const Entry& e) {
+  w.Path(e.path);
+  w.U8(static_cast<uint8_t>(e.kind));
+  w.U8(static_cast<uint8_t>(e.dtype));
+  w.Dims(e.shape);
+  w.Str(e.content_type);
+  w.I64(e.int_value);
+  w.F64(e.float_value);
+  w.U8(e.bool_value);
+  w.Str(e.string_value);
+  w.U8(e.sharded);
+  w.U8(e.on_device);
+}
+
+template <typename Entry>
+void ReadEntryHead(WireReader& r, Entry* e) {
+  e->path = r.Path();
+  uint8_t kind = r.U8();
+  if (kind < uint8_t(EntryKind::kTensor) || kind > uint8_t(EntryKind::kList)) r.Fail();
+  e->kind = static_cast<EntryKind>(kind);
+  auto dtype = DTypeFromId(r.U8());
+  if (!dtype) r.Fail();
+  e->dtype = dtype.value_or(DType::kU8);
+  e->shape = r.Dims();
+  e->content_type = r.Str();
+  e->int_value = r.I64();
+  e->float_value = r.F64();
+  e->bool_value = r.U8() != 0;
+  e->string_value = r.Str();
+  e->sharded = r.U8() != 0;
+  e->on_device = r.U8() != 0;
+  if (e->path.empty()) r.Fail();
+}
+
 }  // namespace
 
 uint64_t PlanEntry::ByteSize() const {
@@ -139,20 +177,10 @@ std::string EncodeLocalPlan(const std::vector<LocalEntry>& entries) {
   WireWriter w;
   w.U64(entries.size());
   for (const LocalEntry& e : entries) {
-    w.Path(e.path);
-    w.U8(static_cast<uint8_t>(e.kind));
-    w.U8(e.sharded);
-    w.U8(static_cast<uint8_t>(e.dtype));
-    w.Dims(e.shape);
+    WriteEntryHead(w, e);
     w.Reg(e.region);
-    w.Str(e.content_type);
-    w.I64(e.int_value);
-    w.F64(e.float_value);
-    w.U8(e.bool_value);
-    w.Str(e.string_value);
     w.U8(e.has_checksum);
     w.U64(e.checksum);
-    w.U8(e.on_device);
   }
   return std::move(w.str());
 }
@@ -163,25 +191,10 @@ Result<std::vector<LocalEntry>> DecodeLocalPlan(const std::string& bytes, int ra
   std::vector<LocalEntry> out;
   for (uint64_t i = 0; i < n && r.ok(); ++i) {
     LocalEntry e;
-    e.path = r.Path();
-    uint8_t kind = r.U8();
-    if (kind < 1 || kind > 9) r.Fail();
-    e.kind = static_cast<EntryKind>(kind);
-    e.sharded = r.U8() != 0;
-    auto dtype = DTypeFromId(r.U8());
-    if (!dtype) r.Fail();
-    e.dtype = dtype.value_or(DType::kU8);
-    e.shape = r.Dims();
+    ReadEntryHead(r, &e);
     e.region = r.Reg();
-    e.content_type = r.Str();
-    e.int_value = r.I64();
-    e.float_value = r.F64();
-    e.bool_value = r.U8() != 0;
-    e.string_value = r.Str();
     e.has_checksum = r.U8() != 0;
     e.checksum = r.U64();
-    e.on_device = r.U8() != 0;
-    if (e.path.empty()) r.Fail();
     if (r.ok() && (e.kind == EntryKind::kTensor || e.kind == EntryKind::kBytes)) {
       auto numel = NumElements(e.shape);
       if (!numel.ok() || !CheckedBytes(*numel, DTypeSize(e.dtype)).ok() ||
@@ -386,17 +399,7 @@ std::string EncodeGlobalPlan(const GlobalPlan& plan) {
   WireWriter w;
   w.U64(plan.entries.size());
   for (const PlanEntry& e : plan.entries) {
-    w.Path(e.path);
-    w.U8(static_cast<uint8_t>(e.kind));
-    w.U8(static_cast<uint8_t>(e.dtype));
-    w.Dims(e.shape);
-    w.Str(e.content_type);
-    w.I64(e.int_value);
-    w.F64(e.float_value);
-    w.U8(e.bool_value);
-    w.Str(e.string_value);
-    w.U8(e.sharded);
-    w.U8(e.on_device);
+    WriteEntryHead(w, e);
     for (const auto* list : {&e.layout, &e.owners}) {
       w.U64(list->size());
       for (const Source& s : *list) {
@@ -414,17 +417,7 @@ Result<GlobalPlan> DecodeGlobalPlan(const std::string& bytes) {
   uint64_t n = r.Count(16);
   for (uint64_t i = 0; i < n && r.ok(); ++i) {
     PlanEntry e;
-    e.path = r.Path();
-    e.kind = static_cast<EntryKind>(r.U8());
-    e.dtype = DTypeFromId(r.U8()).value_or(DType::kU8);
-    e.shape = r.Dims();
-    e.content_type = r.Str();
-    e.int_value = r.I64();
-    e.float_value = r.F64();
-    e.bool_value = r.U8() != 0;
-    e.string_value = r.Str();
-    e.sharded = r.U8() != 0;
-    e.on_device = r.U8() != 0;
+    ReadEntryHead(r, &e);
     for (auto* list : {&e.layout, &e.owners}) {
       uint64_t k = r.Count(9);
       for (uint64_t j = 0; j < k && r.ok(); ++j) {
