@@ -21,7 +21,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools",
                                 "python"))
 import ckfmt  # noqa: E402
-from ckfmt._flatten import _Flat  # noqa: E402  the flattening step alone
+from ckfmt._flatten import _Flat, gc_paused  # noqa: E402  the flattening step alone
 
 
 def main():
@@ -47,7 +47,7 @@ def main():
 
     for _ in range(args.runs):
         timed("save", lambda: ckfmt.save(ck, state, lib=args.lib))
-        timed("flatten", lambda: _Flat(state, for_load=False).array())
+        timed("flatten", gc_paused()(lambda: _Flat(state, for_load=False).array()))
         back = timed("load", lambda: ckfmt.load(ck, lib=args.lib))
         timed("torch.save", lambda: torch.save(state, pt))
         timed("torch.load", lambda: torch.load(pt, weights_only=True))

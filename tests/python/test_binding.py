@@ -197,6 +197,37 @@ class BindingTest(ScratchDirTest):
         with open(self.path, "rb") as f:
             self.assertEqual(f.read(), good)
 
+    def test_the_cycle_collector_is_paused_during_a_call_and_left_as_it_was(self):
+        import gc
+        seen = []
+
+        def layout(_key, _shape):  # called from inside the load
+            seen.append(gc.isenabled())
+            return None
+
+        def calls():
+            ckfmt.save(self.path, training_state())
+            load_numpy(self.path, layout=layout)
+            with self.assertRaises(TypeError):
+                ckfmt.save(self.path, {"mixed": {1: "a", "b": 2}})
+            with self.assertRaises(ckfmt.CkfmtError):
+                load_numpy(os.path.join(self.dir, "absent.ckfmt"))
+            with ckfmt.AsyncSaver() as saver:
+                saver.prepare({"w": np.ones(4)})
+                saver.save(self.path, {"w": np.ones(4)})
+        was_enabled = gc.isenabled()
+        try:
+            for enabled in (True, False):
+                with self.subTest(collector_enabled=enabled):
+                    (gc.enable if enabled else gc.disable)()
+                    seen.clear()
+                    calls()
+                    self.assertEqual(gc.isenabled(), enabled)
+                    self.assertTrue(seen)
+                    self.assertFalse(any(seen))
+        finally:
+            (gc.enable if was_enabled else gc.disable)()
+
     def test_an_async_save_holds_the_snapshot(self):
         state = training_state()
         w = state["model"]["layers.0.weight"]

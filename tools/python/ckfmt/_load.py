@@ -10,7 +10,7 @@ import sys
 
 from ._abi import (_ALLOC, _LAYOUT, _ON_ENTRY, _ON_METADATA, BYTES, DICT, DTYPE_NAMES, LIST,
                    MISSING, TENSOR, UNEXPECTED, CkfmtError, _check, _lib, _LoadOptions, _scalar)
-from ._flatten import Shard, _data_ptr, _dtensor_box, _Flat, _sync_devices, _torch
+from ._flatten import Shard, _data_ptr, _dtensor_box, _Flat, _sync_devices, _torch, gc_paused
 from ._keys import INT_KEY_DICTS, ORDERED_DICTS, TUPLES, _format_path, _parse_path
 
 
@@ -215,6 +215,7 @@ def _set(node, k, value):
         node[k] = value
 
 
+@gc_paused()
 def load(path, state=None, verify=True, unexpected="reconstruct", missing="error",
          device=None, prefixes=(), tensor_type=None, allow_pickle=False, layout=None, lib=None):
     """Loads `path` into `state` (a dict; None: a new one) and returns it.

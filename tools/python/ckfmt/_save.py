@@ -6,7 +6,7 @@ import os
 
 from ._abi import _AsyncOptions, _Metadata, _check, _lib
 from ._dist import dist_save
-from ._flatten import _Flat, _sync_devices
+from ._flatten import _Flat, _sync_devices, gc_paused
 
 
 def _for_save(state, metadata):
@@ -23,6 +23,7 @@ def _for_save(state, metadata):
     return flat, md_array, len(items)
 
 
+@gc_paused()
 def save(path, state, codec="none", metadata=None, lib=None, comm=None, mode="flattened",
          memory_budget=0, check_contents=False):
     """Saves `state` (a dict) to `path` atomically: a failed save leaves what
@@ -86,12 +87,14 @@ class AsyncSaver:
             raise ValueError("the AsyncSaver is closed")
         return self._handle
 
+    @gc_paused()
     def prepare(self, state):
         flat = _Flat(state, for_load=False)
         err = ctypes.create_string_buffer(4096)
         _check(self._lib.ckfmt_async_prepare_entries(self._saver(), flat.array(),
                                                      len(flat.entries), err, len(err)), err)
 
+    @gc_paused()
     def save(self, path, state, codec="none", metadata=None):
         flat, md, n_md = _for_save(state, metadata)
         err = ctypes.create_string_buffer(4096)
