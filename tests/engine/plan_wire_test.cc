@@ -71,6 +71,22 @@ GlobalPlan SomeGlobalPlan() {
   return plan;
 }
 
+// The fields both kinds of plan entry have.
+template <typename Entry>
+void ExpectSameHead(const Entry& a, const Entry& b) {
+  EXPECT_EQ(b.path, a.path);
+  EXPECT_EQ(b.kind, a.kind);
+  EXPECT_EQ(b.dtype, a.dtype);
+  EXPECT_EQ(b.shape, a.shape);
+  EXPECT_EQ(b.content_type, a.content_type);
+  EXPECT_EQ(b.int_value, a.int_value);
+  EXPECT_EQ(b.float_value, a.float_value);
+  EXPECT_EQ(b.bool_value, a.bool_value);
+  EXPECT_EQ(b.string_value, a.string_value);
+  EXPECT_EQ(b.sharded, a.sharded);
+  EXPECT_EQ(b.on_device, a.on_device);
+}
+
 TEST(PlanWire, LocalPlanRoundTripsEveryField) {
   std::vector<LocalEntry> in = SomeLocalEntries();
   auto out = DecodeLocalPlan(EncodeLocalPlan(in), 3);
@@ -79,20 +95,10 @@ TEST(PlanWire, LocalPlanRoundTripsEveryField) {
   for (size_t i = 0; i < in.size(); ++i) {
     const LocalEntry& a = in[i];
     const LocalEntry& b = (*out)[i];
-    EXPECT_EQ(b.path, a.path);
-    EXPECT_EQ(b.kind, a.kind);
-    EXPECT_EQ(b.sharded, a.sharded);
-    EXPECT_EQ(b.dtype, a.dtype);
-    EXPECT_EQ(b.shape, a.shape);
+    ExpectSameHead(a, b);
     EXPECT_EQ(b.region.ToString(), a.region.ToString());
-    EXPECT_EQ(b.content_type, a.content_type);
-    EXPECT_EQ(b.int_value, a.int_value);
-    EXPECT_EQ(b.float_value, a.float_value);
-    EXPECT_EQ(b.bool_value, a.bool_value);
-    EXPECT_EQ(b.string_value, a.string_value);
     EXPECT_EQ(b.has_checksum, a.has_checksum);
     EXPECT_EQ(b.checksum, a.checksum);
-    EXPECT_EQ(b.on_device, a.on_device);
   }
 }
 
@@ -104,14 +110,7 @@ TEST(PlanWire, GlobalPlanRoundTripsEveryField) {
   for (size_t i = 0; i < in.entries.size(); ++i) {
     const PlanEntry& a = in.entries[i];
     const PlanEntry& b = out->entries[i];
-    EXPECT_EQ(b.path, a.path);
-    EXPECT_EQ(b.kind, a.kind);
-    EXPECT_EQ(b.dtype, a.dtype);
-    EXPECT_EQ(b.shape, a.shape);
-    EXPECT_EQ(b.int_value, a.int_value);
-    EXPECT_EQ(b.bool_value, a.bool_value);
-    EXPECT_EQ(b.sharded, a.sharded);
-    EXPECT_EQ(b.on_device, a.on_device);
+    ExpectSameHead(a, b);
     ASSERT_EQ(b.layout.size(), a.layout.size());
     ASSERT_EQ(b.owners.size(), a.owners.size());
     for (size_t j = 0; j < a.layout.size(); ++j) {
