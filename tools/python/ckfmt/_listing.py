@@ -5,8 +5,8 @@ import ctypes
 import json
 import os
 
-from ._abi import (_ON_ENTRY, _ON_METADATA, _ON_TEXT, BOOL, BYTES, DICT, DTYPE_NAMES, FLOAT, INT, LIST,
-                   NONE, STRING, TENSOR, _check, _lib, _scalar)
+from ._abi import (_ON_ENTRY, _ON_METADATA, _ON_TEXT, BOOL, BYTES, DICT, DTYPE_NAMES, FLOAT, INT,
+                   LIST, NONE, STRING, TENSOR, _check, _lib, _scalar)
 from ._keys import _format_path
 
 Entry = collections.namedtuple("Entry", "key kind dtype shape nbytes content_type value")
