@@ -376,11 +376,11 @@ BusyCores::BusyCores(Work work, unsigned threads) {
         return;
       }
       // Far larger than any cache: every copy goes to memory and back.
-      const size_t n = size_t(256) << 20;
-      std::vector<uint8_t> from(n, 1), to(n, 2);
+      const size_t bytes = size_t(256) << 20;
+      std::vector<uint8_t> from(bytes, 1), to(bytes, 2);
       ++ready_;
       while (!stop_.load(std::memory_order_relaxed)) {
-        std::memcpy(to.data(), from.data(), n);
+        std::memcpy(to.data(), from.data(), bytes);
         asm volatile("" : : "r"(to.data()) : "memory");  // the copy is the point: keep it
       }
     });
