@@ -228,6 +228,42 @@ class BindingTest(ScratchDirTest):
         finally:
             (gc.enable if was_enabled else gc.disable)()
 
+    def test_the_cycle_collector_stays_paused_until_the_last_of_overlapping_calls_ends(self):
+        import gc
+        import threading
+        ckfmt.save(self.path, training_state())
+        first_in, second_in, first_done = (threading.Event() for _ in range(3))
+        seen = []
+
+        def first_layout(_key, _shape):  # the first call waits for the second to begin
+            first_in.set()
+            second_in.wait(timeout=30)
+            return None
+
+        def second_layout(_key, _shape):  # the second outlasts the first
+            if not second_in.is_set():
+                second_in.set()
+                first_done.wait(timeout=30)
+                seen.append(gc.isenabled())
+            return None
+
+        def second_call():
+            first_in.wait(timeout=30)
+            load_numpy(self.path, layout=second_layout)
+
+        was_enabled = gc.isenabled()
+        gc.enable()
+        try:
+            second = threading.Thread(target=second_call)
+            second.start()
+            load_numpy(self.path, layout=first_layout)
+            first_done.set()
+            second.join()
+            self.assertEqual(seen, [False])  # the first call ending did not resume it
+            self.assertTrue(gc.isenabled())  # the last one ending did
+        finally:
+            (gc.enable if was_enabled else gc.disable)()
+
     def test_an_async_save_holds_the_snapshot(self):
         state = training_state()
         w = state["model"]["layers.0.weight"]

@@ -7,6 +7,7 @@ import ctypes
 import gc
 import pickle
 import sys
+import threading
 
 from ._abi import (BOOL, BYTES, DICT, DTYPE_IDS, FLOAT, INT, INT64, LIST, NONE, STRING, TENSOR,
                    _Entry)
@@ -30,6 +31,15 @@ class Shard:
         self.flat_start = flat_start
 
 
+# How many gc_paused() scopes are open, on any thread, and whether the
+# collector was enabled when the first of them opened: the last one to close
+# restores that, so that one thread's call ending does not resume the
+# collector under another's.
+_gc_lock = threading.Lock()
+_gc_open = 0
+_gc_was_enabled = False
+
+
 @contextlib.contextmanager
 def gc_paused():
     """Python's cycle collector paused for one save or load, as a context or
@@ -37,14 +47,21 @@ def gc_paused():
     shapes, tensors), none of them in cycles, and with tens of thousands of
     entries the collector's passes over everything alive took a third of a
     save's time and of a load's. While paused, cyclic garbage made by other
-    threads waits for the next pass. A collector already paused stays so."""
-    was_enabled = gc.isenabled()
-    gc.disable()
+    threads waits for the next pass. A collector already paused stays so;
+    with calls on several threads, it resumes when the last of them ends."""
+    global _gc_open, _gc_was_enabled
+    with _gc_lock:
+        if _gc_open == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_open += 1
     try:
         yield
     finally:
-        if was_enabled:
-            gc.enable()
+        with _gc_lock:
+            _gc_open -= 1
+            if _gc_open == 0 and _gc_was_enabled:
+                gc.enable()
 
 
 def _torch():
