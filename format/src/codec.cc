@@ -1,9 +1,5 @@
 #define ZSTD_STATIC_LINKING_ONLY  // ZSTD_getFrameHeader
 #include "ckfmt/codec.h"
-#include "ckfmt/file_layout.h"
-#include "zstd_context.h"
-#include "zstd_frame.h"
-#include "zstd_literals_check.h"
 
 #include <zstd.h>
 
@@ -11,6 +7,12 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "ckfmt/file_layout.h"
+#include "zstd_context.h"
+#include "zstd_encode.h"
+#include "zstd_frame.h"
+#include "zstd_literals_check.h"
 
 namespace ckfmt {
 
@@ -52,8 +54,8 @@ Result<size_t> EncodeChunk(Codec codec, int level, size_t element_size, const vo
       if (raw_size) std::memcpy(out, raw, raw_size);  // empty buffers may be null
       return raw_size;
     case Codec::kZstd: {
-      ZSTD_CCtx* cctx = ThreadCompressContext();
-      size_t n = ZSTD_compressCCtx(cctx, out, out_cap, raw, raw_size, level);
+      size_t n = CompressZstdChunk(level, static_cast<const uint8_t*>(raw), raw_size,
+                                   static_cast<uint8_t*>(out), out_cap);
       if (ZSTD_isError(n)) {
         return Status::Internal(std::string("zstd compression failed: ") + ZSTD_getErrorName(n));
       }

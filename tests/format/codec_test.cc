@@ -247,6 +247,39 @@ std::string FloatLike(size_t n_elems, size_t esize, uint64_t seed) {
   return s;
 }
 
+// Codec 1 at levels 2 and below codes values without repeats as literals
+// only, through ckfmt's writer: one single-segment frame, where libzstd's
+// level 1 to 3 frames of these sizes (above their 512 KiB-2 MiB windows)
+// have several segments. Runs with repeats still get zstd's match finder.
+// Every frame is one that libzstd decodes back, bitwise.
+TEST(CodecTest, ZstdFastLevelsCodeValuesWithoutRepeatsAsLiteralsOnly) {
+  constexpr size_t kElems = 3 << 20;  // 6 and 12 MiB
+  for (int level : {-1, 1, 2, 3}) {
+    for (size_t esize : {size_t{2}, size_t{4}}) {
+      std::string raw = FloatLike(kElems, esize, 10 + level);
+      std::string stored = Encode(Codec::kZstd, raw, level);
+      ASSERT_GE(stored.size(), 5u);
+      EXPECT_LT(stored.size(), raw.size()) << "level " << level << " esize " << esize;
+      const bool single_segment = (uint8_t(stored[4]) >> 5) & 1;
+      EXPECT_EQ(single_segment, level <= 2) << "level " << level << " esize " << esize;
+      std::string back(raw.size(), '\0');
+      ASSERT_TRUE(DecodeChunk(1, stored.data(), stored.size(), back.data(), back.size()).ok());
+      EXPECT_EQ(back, raw) << "level " << level << " esize " << esize;
+    }
+  }
+  // Rows of random bytes, repeated: coded with matches at every level.
+  const std::string row = RandomBytes(4000, 3);
+  std::string rows;
+  while (rows.size() < (4u << 20)) rows += row;
+  for (int level : {-1, 1, 2}) {
+    std::string stored = Encode(Codec::kZstd, rows, level);
+    EXPECT_LT(stored.size(), rows.size() / 100) << "level " << level;
+    std::string back(rows.size(), '\0');
+    ASSERT_TRUE(DecodeChunk(1, stored.data(), stored.size(), back.data(), back.size()).ok());
+    EXPECT_EQ(back, rows) << "level " << level;
+  }
+}
+
 // Random planes around a constant low byte: a zstd plane comes first and
 // the raw planes after it cannot be split straight into the output.
 std::string ConstantLowByte(size_t n_elems, size_t esize, uint64_t seed) {
