@@ -168,11 +168,11 @@ size_t CompressZstdChunk(int level, const uint8_t* raw, size_t n, uint8_t* out, 
     thread_local std::vector<uint8_t> sample(kSampleMax);
     const size_t sampled = GatherSample(raw, 1, n, sample.data());
     const FramePlan plan = PlanFrame(level, sample.data(), sampled);
-    // Noise: no code pays; libzstd stores it raw without looking for matches.
-    if (plan.literal_only && !plan.worth_coding) {
+    if (plan.literal_only) {
+      if (plan.worth_coding) return CompressFrame(level, plan, raw, n, out, cap);
+      // Noise: no code pays; libzstd stores it raw without looking for matches.
       return ZSTD_compress2(LiteralOnlyContext(), out, cap, raw, n);
     }
-    if (plan.literal_only) return CompressFrame(level, plan, raw, n, out, cap);
   }
   // Repeats, or a level that asks for the match search: zstd as asked.
   return ZSTD_compressCCtx(ThreadCompressContext(), out, cap, raw, n, level);
