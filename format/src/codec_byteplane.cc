@@ -33,7 +33,6 @@
 namespace ckfmt {
 namespace {
 
-constexpr size_t kMaxElement = 16;
 constexpr size_t kDescriptor = 5;
 size_t HeaderSize(size_t e) { return 2 + e * kDescriptor; }
 

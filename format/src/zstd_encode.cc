@@ -16,8 +16,6 @@
 namespace ckfmt {
 namespace {
 
-constexpr size_t kMaxElement = 16;
-
 // Order-0 entropy in bits per byte: a run near 8 is noise that zstd would
 // spend time on for nothing.
 double Entropy(const std::array<uint32_t, 256>& counts, size_t len) {

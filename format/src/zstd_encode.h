@@ -20,11 +20,15 @@ namespace ckfmt {
 // room for kSampleMax bytes per plane.
 constexpr size_t kSampleMax = 16384;
 
+// The widest element, in bytes, whose planes are sampled and coded apart
+// (codec 2's element size E, spec/FORMAT.md §5.3.1).
+constexpr size_t kMaxElement = 16;
+
 // Copies a sample of each of the `e` byte planes of `n` elements of `e`
 // bytes at `raw` to out + p * kSampleMax (plane p): all of a small run,
 // else runs of 256 elements spread evenly over it. Returns the sample's
 // length per plane.
-// REQUIRES: 1 <= e <= 16; `out` holds e * kSampleMax bytes.
+// REQUIRES: 1 <= e <= kMaxElement; `out` holds e * kSampleMax bytes.
 size_t GatherSample(const uint8_t* raw, size_t e, size_t n, uint8_t* out);
 
 // What a sample of a run of bytes says about coding that run.
