@@ -9,8 +9,8 @@
 // level 1) ckfmt save next to a raw write, ckfmt load into preallocated
 // tensors (in place) next to a raw read of the same file, and verify (of a
 // compressed file, also with --checksums-only). The virtual disk's speed
-// drifts and depends on the I/O just before, so every save and load is
-// paired with a raw transfer at the same moment, in alternating order, and
+// drifts and depends on the I/O just before, so every save, load and verify
+// is paired with a raw transfer at the same moment, in alternating order, and
 // writes follow an untimed warm-up write. Before every read the file's
 // cached pages are dropped with posix_fadvise(DONTNEED); reads use O_DIRECT
 // as well.
@@ -578,12 +578,18 @@ int main(int argc, char** argv) {
       if (run % 2 == 1) do_raw_write(cr.raw_write, run);
       do_save(path, cr, run);
       if (run % 2 == 0) do_raw_write(cr.raw_write, run);
+      // The raw read of the file partners both the load and the verify, so
+      // each of them goes before it in one run and after it in the next.
+      auto verify = [&] {
+        do_verify(path, cr, run, true);
+        if (cr.codec != ckfmt::Codec::kNone) do_verify(path, cr, run, false);
+      };
       if (run % 2 == 0) do_load(path, cr.load, run);
+      if (run % 2 == 1) verify();
       do_raw_read(path, cr.raw_read, run);
       if (cr.codec == ckfmt::Codec::kNone) do_raw_read_into(path, run);
       if (run % 2 == 1) do_load(path, cr.load, run);
-      do_verify(path, cr, run, true);
-      if (cr.codec != ckfmt::Codec::kNone) do_verify(path, cr, run, false);
+      if (run % 2 == 0) verify();
       if (cr.codec == ckfmt::Codec::kNone && !args.one_copy) {
         do_load(path, warm_load, run, true);
         // Alternating with its raw read, as the in-place load does.
