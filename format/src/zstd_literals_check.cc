@@ -12,12 +12,13 @@
 
 #include "ckfmt/file_layout.h"  // GetU16, GetU32
 #include "zstd_frame.h"         // kMaxZstdWindow
+#include "zstd_literals_walk.h"  // Position, the AVX-512 walk
 
 namespace ckfmt {
 namespace {
 
 constexpr size_t kBlockMax = ZSTD_BLOCKSIZE_MAX;  // §3.1.1.2.4
-constexpr int kMaxTableLog = 11;                  // Max_Number_of_Bits (§4.2.1)
+constexpr int kMaxTableLog = kMaxCodeBits;        // Max_Number_of_Bits (§4.2.1)
 constexpr int kMaxWeightLog = 6;                  // the weights' FSE accuracy (§4.2.1.2)
 constexpr int kMaxWeight = 12;                    // libzstd refuses heavier weights
 
@@ -270,13 +271,6 @@ struct Stream {
   const uint8_t* lengths;
 };
 
-// Where a fast walk of a stream stands: the 8 bytes at `ip` hold the next
-// bits, `used` (at most 8) of them already read from the top.
-struct Position {
-  const uint8_t* ip;
-  uint32_t used;
-};
-
 // Bits of the last byte above the first code: zeros and the start mark.
 // REQUIRES: the last byte is not 0 (ReadLiterals lists no such stream).
 uint32_t MarkBits(const Stream& s) { return 8 - uint32_t(HighBit(s.src[s.size - 1])); }
@@ -384,25 +378,67 @@ bool CheckStream(const Stream& s) {
   return s.size < 8 ? Finish(s, {}, 0) : CheckStream(s, StartOf(s), 0);
 }
 
-// kWays streams side by side while all of them can go fast, then each alone.
+// Rounds that every one of n streams can run fast.
+size_t CommonRounds(const Stream* s, const Position* p, int n, size_t done) {
+  size_t rounds = SafeRounds(s[0], p[0], done);
+  for (int g = 1; g < n; ++g) rounds = std::min(rounds, SafeRounds(s[g], p[g], done));
+  return rounds;
+}
+
+// kWays streams side by side from `p` on, `done` codes into each, while
+// all of them can go fast, then each alone.
 template <int kWays>
-bool CheckStreams(const Stream* s) {
-  auto short_stream = [](const Stream& t) { return t.size < 8; };
-  if (std::any_of(s, s + kWays, short_stream)) {
-    return std::all_of(s, s + kWays, [](const Stream& t) { return CheckStream(t); });
-  }
-  Position p[kWays];
-  for (int g = 0; g < kWays; ++g) p[g] = StartOf(s[g]);
-  size_t done = 0;
-  for (;;) {
-    size_t rounds = SafeRounds(s[0], p[0], done);
-    for (int g = 1; g < kWays; ++g) rounds = std::min(rounds, SafeRounds(s[g], p[g], done));
-    if (rounds == 0) break;
+bool ContinueStreams(const Stream* s, Position* p, size_t done) {
+  for (size_t rounds; (rounds = CommonRounds(s, p, kWays, done)) > 0;) {
     Run<kWays>(s, p, rounds);
     done += 5 * rounds;
   }
   for (int g = 0; g < kWays; ++g) {
     if (!CheckStream(s[g], p[g], done)) return false;
+  }
+  return true;
+}
+
+bool AnyShort(const Stream* s, int n) {
+  return std::any_of(s, s + n, [](const Stream& t) { return t.size < 8; });
+}
+
+// kWays streams side by side from their starts.
+template <int kWays>
+bool CheckStreams(const Stream* s) {
+  if (AnyShort(s, kWays)) {
+    return std::all_of(s, s + kWays, [](const Stream& t) { return CheckStream(t); });
+  }
+  Position p[kWays];
+  for (int g = 0; g < kWays; ++g) p[g] = StartOf(s[g]);
+  return ContinueStreams<kWays>(s, p, 0);
+}
+
+// kAvx512WalkWays streams (sixteen blocks' four) with the vector walk while
+// all of them can go fast, then eight at a time as above. Streams of
+// several codes, or of a code SplitLengthTable cannot split, go eight at
+// a time from the start. REQUIRES: UseAvx512Walk().
+bool CheckStreamsAvx512(const Stream* s) {
+  constexpr int kWays = kAvx512WalkWays;
+  const uint8_t* lengths = s[0].lengths;
+  SplitLengths split;
+  if (AnyShort(s, kWays) ||
+      std::any_of(s, s + kWays, [&](const Stream& t) { return t.lengths != lengths; }) ||
+      !SplitLengthTable(lengths, split)) {
+    for (int i = 0; i < kWays; i += 8) {
+      if (!CheckStreams<8>(s + i)) return false;
+    }
+    return true;
+  }
+  Position p[kWays];
+  for (int g = 0; g < kWays; ++g) p[g] = StartOf(s[g]);
+  size_t done = 0;
+  for (size_t rounds; (rounds = CommonRounds(s, p, kWays, done)) > 0;) {
+    WalkRoundsAvx512(split, p, rounds);
+    done += 5 * rounds;
+  }
+  for (int i = 0; i < kWays; i += 8) {
+    if (!ContinueStreams<8>(s + i, p + i, done)) return false;
   }
   return true;
 }
@@ -430,11 +466,16 @@ struct Scratch {
     singles.clear();
     tables.clear();
   }
-  // Checks the listed streams, two blocks at a time where it can, and
-  // forgets all tables but the last, which a Treeless_Literals_Block may
-  // still use.
+  // Checks the listed streams, sixteen blocks at a time with the AVX-512
+  // walk or two at a time without it where it can, and forgets all tables
+  // but the last, which a Treeless_Literals_Block may still use.
   bool Check() {
     size_t i = 0;
+    if (UseAvx512Walk()) {
+      for (; i + kAvx512WalkWays <= quads.size(); i += kAvx512WalkWays) {
+        if (!CheckStreamsAvx512(quads.data() + i)) return false;
+      }
+    }
     for (; i + 8 <= quads.size(); i += 8) {
       if (!CheckStreams<8>(quads.data() + i)) return false;
     }

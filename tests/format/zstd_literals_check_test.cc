@@ -17,6 +17,7 @@
 #include "ckfmt/codec.h"
 #include "zstd_frame.h"
 #include "zstd_literals.h"
+#include "zstd_literals_walk.h"
 
 namespace ckfmt {
 namespace {
@@ -173,6 +174,91 @@ TEST(ZstdLiteralsCheckTest, NeverPassesAFrameThatDoesNotDecode) {
     }
     EXPECT_GT(passed, 100u);
     EXPECT_GT(refused, 100u);
+  }
+}
+
+// Blocks of a single-segment frame whose literals reuse the code before
+// them (Treeless_Literals_Block, RFC 8878 §3.1.1.3.1.1).
+size_t TreelessBlocks(const Bytes& frame) {
+  const int fcs_flag = frame[4] >> 6;  // Frame_Content_Size: 1, 2, 4 or 8 bytes
+  size_t pos = 5 + (fcs_flag == 0 ? 1 : size_t{1} << fcs_flag), n = 0;
+  for (bool last = false; !last && pos + 3 <= frame.size();) {
+    const uint32_t bh = frame[pos] | frame[pos + 1] << 8 | frame[pos + 2] << 16;
+    last = bh & 1;
+    const size_t size = bh >> 3;
+    pos += 3;
+    if (((bh >> 1) & 3) == 2 && pos < frame.size() && (frame[pos] & 3) == 3) ++n;
+    pos += ((bh >> 1) & 3) == 1 ? 1 : size;
+  }
+  return n;
+}
+
+// The vector walk's two-level length table: a canonical code's lengths
+// split into it exactly; lengths that change inside more than four 7-bit
+// prefixes (no Huffman code's) do not.
+TEST(ZstdLiteralsCheckTest, SplitsACanonicalCodesLengths) {
+  // Codes of 11, 10, 9, 8 and then 7 bits, longest first (§4.2.1.3):
+  // 3 + 2 * 3 + 4 * 5 + 8 * 5 = 69 windows of 8-bit and longer codes, so
+  // the first two prefixes mix lengths; 7-bit codes fill the rest.
+  std::array<uint8_t, 2048> lengths{};
+  size_t w = 0;
+  for (auto [bits, codes] : {std::pair{11, 3}, {10, 3}, {9, 5}, {8, 5}}) {
+    for (int c = 0; c < codes; ++c) {
+      for (int k = 0; k < 1 << (11 - bits); ++k) lengths[w++] = uint8_t(bits);
+    }
+  }
+  w = (w + 15) / 16 * 16;  // the next code of 7 bits starts on its own 16 windows
+  for (size_t i = 69; i < w; ++i) lengths[i] = 8;
+  for (size_t i = w; i < lengths.size(); ++i) lengths[i] = 7;
+  SplitLengths split;
+  ASSERT_TRUE(SplitLengthTable(lengths.data(), split));
+  for (size_t x = 0; x < lengths.size(); ++x) {
+    const uint8_t top = split.top[x >> 4];
+    const uint8_t got = top & 0x80 ? split.low[(top & 0x30) | (x & 15)] : top;
+    ASSERT_EQ(got, lengths[x]) << "window " << x;
+  }
+  for (size_t p = 0; p < 5; ++p) lengths[16 * p + 3] = 9;  // five mixed prefixes
+  EXPECT_FALSE(SplitLengthTable(lengths.data(), split));
+}
+
+// The AVX-512 walk takes sixteen blocks of one code at a time, as ckfmt's
+// zstd writer makes them; it must answer as the scalar walk does for the
+// frame and for every change to it (a changed code moves where its stream
+// ends, a changed jump table where streams start), since a lane that moved
+// differently would pass or refuse differently.
+TEST(ZstdLiteralsCheckTest, VectorWalkAnswersAsTheScalarWalk) {
+  if (!Avx512WalkAvailable()) GTEST_SKIP() << "no AVX-512 VBMI on this CPU";
+  auto passes = [](const Bytes& frame, size_t n, bool vector) {
+    SetAvx512WalkEnabled(vector);
+    const bool ok = Passes(frame, n);
+    SetAvx512WalkEnabled(true);
+    return ok;
+  };
+  for (bool bf16 : {true, false}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    const Bytes in = TrainingBytes((33 << 17) + 4000, bf16, 17);  // 34 blocks
+    Bytes frame(MaxEncodedSize(Codec::kZstd, in.size()));
+    auto n = EncodeChunk(Codec::kZstd, 1, bf16 ? 2 : 4, in.data(), in.size(), frame.data(),
+                         frame.size());
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    frame.resize(*n);
+    ASSERT_GE(TreelessBlocks(frame), 32u);  // so the vector walk takes two groups
+    ASSERT_TRUE(passes(frame, in.size(), true));
+    ASSERT_TRUE(passes(frame, in.size(), false));
+    std::mt19937 rng(bf16 ? 1 : 2);
+    size_t passed = 0;
+    for (int k = 0; k < 300; ++k) {
+      Bytes changed = frame;
+      const size_t at = rng() % changed.size();
+      changed[at] ^= uint8_t(1 + rng() % 255);
+      const bool vector = passes(changed, in.size(), true);
+      ASSERT_EQ(vector, passes(changed, in.size(), false)) << "byte " << at;
+      if (vector) {
+        ASSERT_TRUE(Decodes(changed, in.size())) << "byte " << at;
+        ++passed;
+      }
+    }
+    EXPECT_GT(passed, 10u);
   }
 }
 
