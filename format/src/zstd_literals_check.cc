@@ -414,12 +414,12 @@ bool CheckStreams(const Stream* s) {
   return ContinueStreams<kWays>(s, p, 0);
 }
 
-// kAvx512WalkWays streams (sixteen blocks' four) with the vector walk while
-// all of them can go fast, then eight at a time as above. Streams of
-// several codes, or of a code SplitLengthTable cannot split, go eight at
-// a time from the start. REQUIRES: UseAvx512Walk().
+// kWays streams (kWays / 4 blocks' four) with the vector walk while all of
+// them can go fast, then eight at a time as above. Streams of several
+// codes, or of a code SplitLengthTable cannot split, go eight at a time
+// from the start. REQUIRES: UseAvx512Walk(); kWays is 32 or 64.
+template <int kWays>
 bool CheckStreamsAvx512(const Stream* s) {
-  constexpr int kWays = kAvx512WalkWays;
   const uint8_t* lengths = s[0].lengths;
   SplitLengths split;
   if (AnyShort(s, kWays) ||
@@ -434,7 +434,7 @@ bool CheckStreamsAvx512(const Stream* s) {
   for (int g = 0; g < kWays; ++g) p[g] = StartOf(s[g]);
   size_t done = 0;
   for (size_t rounds; (rounds = CommonRounds(s, p, kWays, done)) > 0;) {
-    WalkRoundsAvx512(split, p, rounds);
+    WalkRoundsAvx512<kWays / 8>(split, p, rounds);
     done += 5 * rounds;
   }
   for (int i = 0; i < kWays; i += 8) {
@@ -466,14 +466,18 @@ struct Scratch {
     singles.clear();
     tables.clear();
   }
-  // Checks the listed streams, sixteen blocks at a time with the AVX-512
-  // walk or two at a time without it where it can, and forgets all tables
-  // but the last, which a Treeless_Literals_Block may still use.
+  // Checks the listed streams, sixteen or eight blocks at a time with the
+  // AVX-512 walk or two at a time without it where it can, and forgets all
+  // tables but the last, which a Treeless_Literals_Block may still use.
   bool Check() {
     size_t i = 0;
     if (UseAvx512Walk()) {
-      for (; i + kAvx512WalkWays <= quads.size(); i += kAvx512WalkWays) {
-        if (!CheckStreamsAvx512(quads.data() + i)) return false;
+      for (; i + 64 <= quads.size(); i += 64) {
+        if (!CheckStreamsAvx512<64>(quads.data() + i)) return false;
+      }
+      if (i + 32 <= quads.size()) {
+        if (!CheckStreamsAvx512<32>(quads.data() + i)) return false;
+        i += 32;
       }
     }
     for (; i + 8 <= quads.size(); i += 8) {

@@ -8,9 +8,9 @@
 // machine of few cores. Whether a Huffman stream decodes to a given number
 // of symbols with every bit read depends only on the lengths of its codes,
 // so this walks the codes by length alone: no symbol is looked up or
-// stored, and eight streams (two blocks' four) are walked at once, or
-// sixty-four (sixteen blocks of one code) with AVX-512 VBMI where the CPU
-// has it (zstd_literals_walk.h).
+// stored, and eight streams (two blocks' four) are walked at once, or 64
+// or 32 (sixteen or eight blocks of one code) with AVX-512 VBMI where the
+// CPU has it (zstd_literals_walk.h).
 //
 // It answers only what it can tell with certainty, and otherwise says it
 // cannot, for libzstd to decide: a frame it passes decodes, with libzstd,

@@ -43,17 +43,16 @@ bool Avx512WalkAvailable();
 void SetAvx512WalkEnabled(bool enabled);
 bool UseAvx512Walk();
 
-// Streams walked at once by WalkRoundsAvx512 (sixteen blocks' four): eight
-// vectors of eight, the most that keeps every stream's bits in a register.
-constexpr int kAvx512WalkWays = 64;
-
-// Runs `rounds` rounds of five codes on each of kAvx512WalkWays streams
-// that share the code `t`, exactly as the scalar walk does (see RunRounds
-// in zstd_literals_check.cc): per round, the 8 bytes at `ip` with a 1 set
-// below them, shifted past `used`, then past five codes, and `ip` and
-// `used` moved past the bits read.
+// Runs `rounds` rounds of five codes on each of 8 * kVectors streams
+// (2 * kVectors blocks' four) that share the code `t`, exactly as the
+// scalar walk does (see RunRounds in zstd_literals_check.cc): per round,
+// the 8 bytes at `ip` with a 1 set below them, shifted past `used`, then
+// past five codes, and `ip` and `used` moved past the bits read. kVectors
+// is 8 (every stream's bits in a register, the fastest) or 4 (for frames'
+// last blocks); fewer cannot hide the lookups' latency.
 // REQUIRES: Avx512WalkAvailable(); every 8-byte load of the rounds lies
 // inside its stream (SafeRounds).
+template <int kVectors>
 void WalkRoundsAvx512(const SplitLengths& t, Position* pos, size_t rounds);
 
 }  // namespace ckfmt

