@@ -1,7 +1,8 @@
 // See zstd_literals_walk.h. The AVX-512 kernel walks 64 (or 32) streams
-// of one code in eight (or four) vectors of eight 64-bit lanes, each lane one stream's bits
-// as the scalar walk holds them; a code's length comes from two byte
-// tables held in registers (vpermi2b, vpermb) instead of a load per code.
+// of one code in eight (or four) vectors of eight 64-bit lanes, each lane
+// one stream's bits as the scalar walk holds them; a code's length comes
+// from two byte tables held in registers (vpermi2b, vpermb) instead of a
+// load per code.
 // On Zen 4 the eight vectors walk 1.6 times as fast as the scalar loop
 // (bench/HISTORY.md).
 #include "zstd_literals_walk.h"

@@ -1,6 +1,6 @@
-// The fast walk of Huffman streams by code length alone, shared by the
-// literals check (zstd_literals_check.cc) and its AVX-512 kernel
-// (zstd_literals_walk_avx512.cc). Internal to the format library.
+// The fast walk of Huffman streams by code length alone: what the
+// literals check (zstd_literals_check.cc) shares with its AVX-512 kernel
+// (zstd_literals_walk.cc). Internal to the format library.
 #pragma once
 
 #include <cstddef>

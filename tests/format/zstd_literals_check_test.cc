@@ -224,9 +224,9 @@ TEST(ZstdLiteralsCheckTest, SplitsACanonicalCodesLengths) {
 // The AVX-512 walk takes sixteen blocks of one code at a time, as ckfmt's
 // zstd writer makes them, and then eight (34 blocks: 16, 16 and 2 scalar;
 // 26 blocks: 16, 8 and 2 scalar); it must answer as the scalar walk does
-// for the frame and for every change to it (a changed code moves where its stream
-// ends, a changed jump table where streams start), since a lane that moved
-// differently would pass or refuse differently.
+// for the frame and for every change to it (a changed code moves where its
+// stream ends, a changed jump table where streams start), since a lane
+// that moved differently would pass or refuse differently.
 TEST(ZstdLiteralsCheckTest, VectorWalkAnswersAsTheScalarWalk) {
   if (!Avx512WalkAvailable()) GTEST_SKIP() << "no AVX-512 VBMI on this CPU";
   auto passes = [](const Bytes& frame, size_t n, bool vector) {
