@@ -712,38 +712,38 @@ int main(int argc, char** argv) {
   kv("runs=%d", args.runs);
   kv("raw_write=%.3f", raw_w.Median());
   kv("raw_read=%.3f", raw_r.Median());
-  kv("raw_read_busy_paired=%.2f", paired(raw_r_busy, raw_r));
-  kv("raw_read_copying_paired=%.2f", paired(raw_r_copying, raw_r));
-  kv("raw_read_hashed_paired=%.2f", paired(raw_r_hashed, raw_r));
+  kv("raw_read_busy_paired=%.3f", paired(raw_r_busy, raw_r));
+  kv("raw_read_copying_paired=%.3f", paired(raw_r_copying, raw_r));
+  kv("raw_read_hashed_paired=%.3f", paired(raw_r_hashed, raw_r));
   kv("memcpy=%.2f", mcp.Median());
   if (!async_blocked.gibs.empty()) {
     // Blocked time over memcpy time, steady state (median over runs).
-    kv("async_blocked_vs_memcpy=%.2f", mcp.Median() / async_blocked.Median());
+    kv("async_blocked_vs_memcpy=%.3f", mcp.Median() / async_blocked.Median());
   }
-  if (!warm_load.gibs.empty()) kv("warm_load_vs_memcpy=%.2f", warm_load.Median() / mcp.Median());
+  if (!warm_load.gibs.empty()) kv("warm_load_vs_memcpy=%.3f", warm_load.Median() / mcp.Median());
   if (!fresh_load.gibs.empty()) {
-    kv("fresh_load_none_paired=%.2f", paired(fresh_load, fresh_raw_read));
-    kv("reload_none_paired=%.2f", paired(reload, fresh_raw_read));
-    kv("raw_read_into_made_paired=%.2f", paired(raw_read_into_made, fresh_raw_read));
+    kv("fresh_load_none_paired=%.3f", paired(fresh_load, fresh_raw_read));
+    kv("reload_none_paired=%.3f", paired(reload, fresh_raw_read));
+    kv("raw_read_into_made_paired=%.3f", paired(raw_read_into_made, fresh_raw_read));
   }
   double save_rss = 0, load_rss = 0;
   for (const CodecRows& cr : rows) {
     const std::string k = KeyName(cr.codec);
     kv("save_%s=%.3f", k.c_str(), cr.save.Median());
     kv("raw_write_%s=%.3f", k.c_str(), cr.raw_write.Median());
-    kv("save_%s_vs_raw=%.2f", k.c_str(), cr.save.Median() / cr.raw_write.Median());
-    kv("save_%s_paired=%.2f", k.c_str(), paired(cr.save, cr.raw_write));
+    kv("save_%s_vs_raw=%.3f", k.c_str(), cr.save.Median() / cr.raw_write.Median());
+    kv("save_%s_paired=%.3f", k.c_str(), paired(cr.save, cr.raw_write));
     kv("load_%s=%.3f", k.c_str(), cr.load.Median());
     kv("raw_read_%s=%.3f", k.c_str(), cr.raw_read.Median());
-    kv("load_%s_vs_raw=%.2f", k.c_str(), cr.load.Median() / cr.raw_read.Median());
-    kv("load_%s_paired=%.2f", k.c_str(), paired(cr.load, cr.raw_read));
+    kv("load_%s_vs_raw=%.3f", k.c_str(), cr.load.Median() / cr.raw_read.Median());
+    kv("load_%s_paired=%.3f", k.c_str(), paired(cr.load, cr.raw_read));
     if (cr.codec == ckfmt::Codec::kNone && !raw_read_into.gibs.empty()) {
       kv("raw_read_into_tensors=%.3f", raw_read_into.Median());
-      kv("load_none_vs_raw_into_tensors_paired=%.2f", paired(cr.load, raw_read_into));
+      kv("load_none_vs_raw_into_tensors_paired=%.3f", paired(cr.load, raw_read_into));
     }
-    kv("verify_%s_paired=%.2f", k.c_str(), paired(cr.verify, cr.raw_read));
+    kv("verify_%s_paired=%.3f", k.c_str(), paired(cr.verify, cr.raw_read));
     if (!cr.verify_sums.gibs.empty()) {
-      kv("verify_sums_%s_paired=%.2f", k.c_str(), paired(cr.verify_sums, cr.raw_read));
+      kv("verify_sums_%s_paired=%.3f", k.c_str(), paired(cr.verify_sums, cr.raw_read));
     }
     if (cr.codec != ckfmt::Codec::kNone) kv("ratio_%s=%.3f", k.c_str(), cr.ratio);
     save_rss = std::max(save_rss, cr.save.peak_delta_mib);

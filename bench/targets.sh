@@ -3,7 +3,8 @@
 # each row's figure, what is required, and whether it holds. Reads the
 # outputs run_all.sh leaves in $BUILD_DIR/bench: e2e.txt (the CKFMT_E2E
 # line), micro.txt (codec ratios) and compare.txt (side by side); a part
-# that did not run shows as n/a.
+# that did not run shows as n/a. Figures come with three decimals and are
+# judged as printed: with two, a 0.946 printed as 0.95 passed ">= 0.95".
 #
 #   bench/targets.sh [DIR]        # DIR: default build/bench
 set -euo pipefail

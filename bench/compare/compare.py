@@ -264,14 +264,14 @@ def main():
     med = {n: {op: statistics.median(v) for op, v in d.items() if v} for n, d in times.items()}
     print("\nckfmt speed-up (median time of the other / median time of ckfmt):")
     for other in ("torch.save", "dcp", "dcp-threads", "safetensors"):
-        print(f"  vs {other:<12} save {med[other]['save'] / med['ckfmt']['save']:5.2f}x   "
-              f"load {med[other]['load'] / med['ckfmt']['load']:5.2f}x")
+        print(f"  vs {other:<12} save {med[other]['save'] / med['ckfmt']['save']:6.3f}x   "
+              f"load {med[other]['load'] / med['ckfmt']['load']:6.3f}x")
     # Users who turn compression on get these; compressed bytes are fewer
     # for the disk, so the save can outrun it (logical bytes per second).
     print("ckfmt byte-plane zstd speed-up (median time of the other / of ckfmt-byteplane):")
     for other in ("torch.save", "dcp", "dcp-threads", "safetensors"):
-        print(f"  vs {other:<12} save {med[other]['save'] / med['ckfmt-byteplane']['save']:5.2f}x   "
-              f"load {med[other]['load'] / med['ckfmt-byteplane']['load']:5.2f}x")
+        print(f"  vs {other:<12} save {med[other]['save'] / med['ckfmt-byteplane']['save']:6.3f}x   "
+              f"load {med[other]['load'] / med['ckfmt-byteplane']['load']:6.3f}x")
     print(f"  checksum cost on load: {statistics.median(checksum_cost):.3f}x (median over runs of"
           f" the time with checksums / without, paired: {' '.join(f'{c:.3f}' for c in checksum_cost)})")
     paired = [gib / t / r for t, r in zip(times["ckfmt"]["save"], raw_next_to_save) if r]
