@@ -150,6 +150,29 @@ TEST_F(CliTest, ConvertToTheFormatNamedByTo) {
   EXPECT_FALSE(fs::exists(onnx));
 }
 
+// The switches that turn a default off are listed by their names alone
+// and do turn it off: --no-split-keys keeps a dotted key whole.
+TEST_F(CliTest, ConvertOffSwitches) {
+  CliRun help = Ckfmt("convert --help");
+  ASSERT_EQ(help.rc, 0);
+  for (const char* name : {"--no-sharding-metadata", "--no-split-keys", "--no-crc", "--no-fsync"}) {
+    EXPECT_NE(help.out.find(std::string(name) + " "), std::string::npos) << name << "\n"
+                                                                         << help.out;
+  }
+  EXPECT_EQ(help.out.find('{'), std::string::npos) << help.out;
+  const fs::path st = fs::path(CKFMT_SOURCE_DIR) / "tests" / "fixtures" / "model.safetensors";
+  const fs::path split = dir_ / "split.ckfmt", whole = dir_ / "whole.ckfmt";
+  ASSERT_EQ(Ckfmt("convert -q " + Quote(st.string()) + " " + Quote(split.string())).rc, 0);
+  ASSERT_EQ(Ckfmt("convert -q --no-split-keys --no-fsync --no-crc " + Quote(st.string()) + " " +
+                  Quote(whole.string()))
+                .rc,
+            0);
+  const std::string nested = Ckfmt("inspect " + Quote(split.string())).out;
+  const std::string flat = Ckfmt("inspect " + Quote(whole.string())).out;
+  EXPECT_EQ(nested.find("  dtypes.i64 "), std::string::npos) << nested;
+  EXPECT_NE(flat.find("  dtypes.i64 "), std::string::npos) << flat;
+}
+
 TEST_F(CliTest, VerifyJson) {
   fs::path bad = Corrupt(4096 + 10, "bad.ckfmt");
   CliRun r = Ckfmt("verify --json " + Quote(good_.string()) + " " + Quote(bad.string()) + " " +

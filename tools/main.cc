@@ -16,6 +16,17 @@
 
 using namespace ckfmt::tools;
 
+namespace {
+
+// A switch that turns `setting` off. Not CLI11's negated flag ("!--no-x"),
+// whose help reads "--no-x{false}", as if "{false}" were to be typed.
+void AddOffSwitch(CLI::App* cmd, const std::string& name, bool& setting, const std::string& what) {
+  cmd->add_flag_callback(
+      name, [&setting] { setting = false; }, what);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"ckfmt: inspect, verify and convert checkpoint files.\n"
                "Exit codes: 0 success, 1 invalid or corrupt file, 2 usage or I/O error, 3 (convert) "
@@ -66,16 +77,16 @@ int main(int argc, char** argv) {
   convert_cmd->add_flag("--allow-opaque-pickle", conv.convert.allow_opaque_pickle,
                         "Carry objects with unknown pickle globals as opaque \"pickle\" bytes "
                         "(never executed) instead of refusing the file");
-  convert_cmd->add_flag("!--no-sharding-metadata", conv.convert.keep_sharding_metadata,
-                        "DCP: do not record each chunk's original place as saved layout");
-  convert_cmd->add_flag("!--no-split-keys", conv.convert.split_dotted_keys,
-                        "Keep dotted keys (a.b.c) as one key instead of nested dicts");
+  AddOffSwitch(convert_cmd, "--no-sharding-metadata", conv.convert.keep_sharding_metadata,
+               "DCP: do not record each chunk's original place as saved layout");
+  AddOffSwitch(convert_cmd, "--no-split-keys", conv.convert.split_dotted_keys,
+               "Keep dotted keys (a.b.c) as one key instead of nested dicts");
   convert_cmd->add_option("--budget-mib", conv.budget_mib,
                           "Tensor bytes held in memory at once (default 256)");
-  convert_cmd->add_flag("!--no-crc", conv.convert.verify_zip_crc,
-                        "Skip the CRC-32 check of zip records");
-  convert_cmd->add_flag("!--no-fsync", conv.convert.fsync,
-                        "Do not fsync the output (faster; not crash-safe)");
+  AddOffSwitch(convert_cmd, "--no-crc", conv.convert.verify_zip_crc,
+               "Skip the CRC-32 check of zip records");
+  AddOffSwitch(convert_cmd, "--no-fsync", conv.convert.fsync,
+               "Do not fsync the output (faster; not crash-safe)");
   convert_cmd->add_flag("-q,--quiet", conv.quiet, "Print nothing on success");
 
   try {
