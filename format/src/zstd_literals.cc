@@ -18,9 +18,8 @@
 namespace ckfmt {
 namespace {
 
-constexpr size_t kBlock = ZSTD_BLOCKSIZE_MAX;  // Block_Maximum_Size (§3.1.1.2.4)
-constexpr size_t kMinCodedBlock = 1024;       // smaller blocks are stored raw
-constexpr int kMaxBits = 11;                  // Max_Number_of_Bits (§4.2.1)
+static_assert(kLiteralsBlockMax == ZSTD_BLOCKSIZE_MAX);  // Block_Maximum_Size (§3.1.1.2.4)
+constexpr int kMaxBits = 11;                             // Max_Number_of_Bits (§4.2.1)
 
 void PutU24(uint8_t* p, uint32_t v) {
   PutU16(p, uint16_t(v));
@@ -437,7 +436,7 @@ std::array<size_t, 4> CodeStreams(const CodeTables& t, const uint8_t* in, size_t
 
 // The largest stream of a 128 KiB block: a quarter of it at kMaxBits,
 // the end mark, and the 8 bytes a flush may write past its end.
-constexpr size_t kStreamCap = (kBlock / 4 * kMaxBits + 7) / 8 + 1 + 8;
+constexpr size_t kStreamCap = (kLiteralsBlockMax / 4 * kMaxBits + 7) / 8 + 1 + 8;
 
 // Builds the tables for `code`. Pairs pay where the plane is long next to
 // the number of pairs to fill; their table is per thread, and only the
@@ -471,7 +470,13 @@ CodeTables MakeTables(const Code& code, size_t n) {
 
 size_t WriteLiteralsFrame(const uint32_t* sample_counts, const uint8_t* in, size_t n,
                           uint8_t* out, size_t cap) {
+  return WriteLiteralsFrameInBlocks(sample_counts, in, n, kLiteralsBlockMax, out, cap);
+}
+
+size_t WriteLiteralsFrameInBlocks(const uint32_t* sample_counts, const uint8_t* in, size_t n,
+                                  size_t block_max, uint8_t* out, size_t cap) {
   if (n == 0 || n > kMaxZstdWindow) return 0;
+  if (block_max < kLiteralsBlockMin || block_max > kLiteralsBlockMax) return 0;
   // Every value in the ranges gets a code, sampled or not.
   const ByteRanges ranges = FindRanges(in, n);
   std::array<uint32_t, 256> count{};
@@ -500,9 +505,9 @@ size_t WriteLiteralsFrame(const uint32_t* sample_counts, const uint8_t* in, size
   for (int k = 0; k < 4; ++k) streams[k] = scratch.data() + k * kStreamCap;
   bool described = false;
   for (size_t off = 0; off < n;) {
-    const size_t m = std::min(kBlock, n - off);
+    const size_t m = std::min(block_max, n - off);
     const uint32_t last = off + m == n ? 1 : 0;
-    if (m >= kMinCodedBlock) {
+    if (m >= kLiteralsBlockMin) {
       const std::array<size_t, 4> size = CodeStreams(tables, in + off, m, streams);
       const size_t literals = (described ? 0 : description_size) + 6 + size[0] + size[1] +
                               size[2] + size[3];

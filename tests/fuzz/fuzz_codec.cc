@@ -3,11 +3,16 @@
 //   mode bit 7 clear: the data are stored bytes of codec (mode & 3), the
 //     parameters a raw size (up to 16 MiB). Decoding must fail cleanly or
 //     produce exactly that many bytes, and CheckChunkDecodes must agree.
-//   mode bit 7 set: the data are raw bytes of elements of 1, 2, 4 or 8
+//   mode bit 7 set, bit 6 clear: the data are raw bytes of elements of 1, 2, 4 or 8
 //     bytes (bits 2-3; a partial last element is dropped). They are encoded with codec (mode & 3),
 //     which must decode back to them bit for bit; then one stored byte (parameters 0-1 pick it) is
 //     xored with parameter 2 and decoded again, which must not crash and CheckChunkDecodes must
 //     agree with it (the stored checksum, not the decoder, catches that change).
+//   mode bits 7 and 6 set: the same, but the data are coded by ckfmt's literals writer as a
+//     codec 1 frame of 1 to 4 KiB blocks (bits 4-5) that share one Huffman code, as a
+//     checkpoint's 4 MiB chunks share it over 128 KiB blocks: a few KiB of input make the
+//     sixteen and eight blocks the AVX-512 walk of the check takes at once.
+// Where the CPU has that walk, the check must answer alike with it and without it.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -17,8 +22,30 @@
 #include <vector>
 
 #include "ckfmt/codec.h"
+#include "zstd_literals.h"       // WriteLiteralsFrameInBlocks
+#include "zstd_literals_walk.h"  // SetAvx512WalkEnabled
 
 namespace {
+
+// CheckChunkDecodes, with the AVX-512 walk and, where the CPU has it, without:
+// the two must agree, since a lane that moved differently from the scalar
+// walk would pass or refuse other frames.
+ckfmt::Status Check(uint8_t codec, const uint8_t* stored, size_t stored_size, size_t raw_size) {
+  const ckfmt::Status checked = ckfmt::CheckChunkDecodes(codec, stored, stored_size, raw_size);
+  if (!ckfmt::Avx512WalkAvailable()) return checked;
+  ckfmt::SetAvx512WalkEnabled(false);
+  const ckfmt::Status scalar = ckfmt::CheckChunkDecodes(codec, stored, stored_size, raw_size);
+  ckfmt::SetAvx512WalkEnabled(true);
+  if (scalar.ToString() != checked.ToString()) {
+    std::fprintf(stderr,
+                 "codec %d, %zu stored bytes, raw size %zu: the vector walk says %s, the "
+                 "scalar walk %s\n",
+                 int(codec), stored_size, raw_size, checked.ToString().c_str(),
+                 scalar.ToString().c_str());
+    std::abort();
+  }
+  return checked;
+}
 
 void DecodeStored(uint8_t codec, const uint8_t* stored, size_t stored_size, size_t raw_size) {
   // Not zeroed: an iteration should cost the decoder's work, not a memset.
@@ -26,7 +53,7 @@ void DecodeStored(uint8_t codec, const uint8_t* stored, size_t stored_size, size
   const ckfmt::Status decoded = ckfmt::DecodeChunk(codec, stored, stored_size, out.get(), raw_size);
   // The verifier's check, which walks literals-only zstd frames without
   // decoding them, must find what decoding finds.
-  const ckfmt::Status checked = ckfmt::CheckChunkDecodes(codec, stored, stored_size, raw_size);
+  const ckfmt::Status checked = Check(codec, stored, stored_size, raw_size);
   if (checked.ok() != decoded.ok()) {
     std::fprintf(
         stderr, "codec %d, %zu stored bytes, raw size %zu: decoding says %s, the check %s\n",
@@ -35,13 +62,35 @@ void DecodeStored(uint8_t codec, const uint8_t* stored, size_t stored_size, size
   }
 }
 
+// Codec 1's stored bytes for `raw` as the literals writer makes them in
+// blocks of `block` bytes; empty where that writer declines (e.g. fewer
+// than two distinct bytes).
+std::vector<uint8_t> LiteralsFrame(const uint8_t* raw, size_t raw_size, size_t block) {
+  uint32_t counts[256] = {};
+  for (size_t i = 0; i < raw_size; ++i) ++counts[raw[i]];
+  // A frame header, then each block stored raw at worst, with its header.
+  std::vector<uint8_t> frame(16 + raw_size + 3 * (raw_size / block + 1));
+  frame.resize(
+      ckfmt::WriteLiteralsFrameInBlocks(counts, raw, raw_size, block, frame.data(), frame.size()));
+  return frame;
+}
+
 void RoundTrip(uint8_t mode, const uint8_t* param, const uint8_t* raw, size_t raw_size) {
-  const auto codec = ckfmt::Codec(mode & 3);
-  if (!ckfmt::IsKnownCodec(uint8_t(codec))) return;
-  const size_t element_size = size_t(1) << ((mode >> 2) & 3);
-  raw_size -= raw_size % element_size;  // writers chunk whole elements
-  std::vector<uint8_t> stored(ckfmt::MaxEncodedSize(codec, raw_size));
-  auto n = ckfmt::EncodeChunk(codec, 1, element_size, raw, raw_size, stored.data(), stored.size());
+  auto codec = ckfmt::Codec(mode & 3);
+  std::vector<uint8_t> stored;
+  ckfmt::Result<size_t> n = size_t{0};
+  if (mode & 0x40) {
+    codec = ckfmt::Codec::kZstd;
+    stored = LiteralsFrame(raw, raw_size, ckfmt::kLiteralsBlockMin * (1 + ((mode >> 4) & 3)));
+    if (stored.empty()) return;
+    n = stored.size();
+  } else {
+    if (!ckfmt::IsKnownCodec(uint8_t(codec))) return;
+    const size_t element_size = size_t(1) << ((mode >> 2) & 3);
+    raw_size -= raw_size % element_size;  // writers chunk whole elements
+    stored.resize(ckfmt::MaxEncodedSize(codec, raw_size));
+    n = ckfmt::EncodeChunk(codec, 1, element_size, raw, raw_size, stored.data(), stored.size());
+  }
   if (!n.ok()) {
     std::fprintf(stderr, "encoding %zu bytes failed: %s\n", raw_size, n.status().ToString().c_str());
     std::abort();
@@ -53,8 +102,7 @@ void RoundTrip(uint8_t mode, const uint8_t* param, const uint8_t* raw, size_t ra
                  s.ToString().c_str());
     std::abort();
   }
-  const ckfmt::Status checked =
-      ckfmt::CheckChunkDecodes(uint8_t(codec), stored.data(), *n, raw_size);
+  const ckfmt::Status checked = Check(uint8_t(codec), stored.data(), *n, raw_size);
   if (!checked.ok()) {
     std::fprintf(stderr, "codec %d chunk of %zu bytes decodes but its check says %s\n", int(codec),
                  raw_size, checked.ToString().c_str());
