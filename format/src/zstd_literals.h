@@ -37,11 +37,11 @@ constexpr size_t kLiteralsBlockMax = size_t{128} << 10;
 // raw (Raw_Block).
 constexpr size_t kLiteralsBlockMin = 1024;
 
-// The same, in blocks of `block` bytes (the last one shorter). Writers use
-// kLiteralsBlockMax; smaller blocks let tests and fuzzers make frames of
+// The same, in blocks of `block_max` bytes (the last one shorter). Writers
+// use kLiteralsBlockMax; smaller blocks let tests and fuzzers make frames of
 // many blocks, as a checkpoint's chunks have, from a few KiB of input. A
-// `block` outside [kLiteralsBlockMin, kLiteralsBlockMax] is declined (0).
+// `block_max` outside [kLiteralsBlockMin, kLiteralsBlockMax] is declined (0).
 size_t WriteLiteralsFrameInBlocks(const uint32_t* sample_counts, const uint8_t* in, size_t n,
-                                  size_t block, uint8_t* out, size_t cap);
+                                  size_t block_max, uint8_t* out, size_t cap);
 
 }  // namespace ckfmt
