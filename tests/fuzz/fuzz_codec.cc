@@ -63,32 +63,27 @@ void DecodeStored(uint8_t codec, const uint8_t* stored, size_t stored_size, size
 }
 
 // Codec 1's stored bytes for `raw` as the literals writer makes them in
-// blocks of `block` bytes; empty where that writer declines (e.g. fewer
-// than two distinct bytes).
-std::vector<uint8_t> LiteralsFrame(const uint8_t* raw, size_t raw_size, size_t block) {
+// blocks of `block` bytes, into `out`; 0 where that writer declines (e.g.
+// fewer than two distinct bytes). ZSTD_compressBound, which `out` holds,
+// covers a frame of 1 KiB blocks all stored raw.
+size_t LiteralsFrame(const uint8_t* raw, size_t raw_size, size_t block, std::vector<uint8_t>& out) {
   uint32_t counts[256] = {};
   for (size_t i = 0; i < raw_size; ++i) ++counts[raw[i]];
-  // A frame header, then each block stored raw at worst, with its header.
-  std::vector<uint8_t> frame(16 + raw_size + 3 * (raw_size / block + 1));
-  frame.resize(
-      ckfmt::WriteLiteralsFrameInBlocks(counts, raw, raw_size, block, frame.data(), frame.size()));
-  return frame;
+  return ckfmt::WriteLiteralsFrameInBlocks(counts, raw, raw_size, block, out.data(), out.size());
 }
 
 void RoundTrip(uint8_t mode, const uint8_t* param, const uint8_t* raw, size_t raw_size) {
-  auto codec = ckfmt::Codec(mode & 3);
-  std::vector<uint8_t> stored;
+  const bool small_blocks = mode & 0x40;
+  const auto codec = small_blocks ? ckfmt::Codec::kZstd : ckfmt::Codec(mode & 3);
+  if (!ckfmt::IsKnownCodec(uint8_t(codec))) return;
+  const size_t element_size = small_blocks ? 1 : size_t(1) << ((mode >> 2) & 3);
+  raw_size -= raw_size % element_size;  // writers chunk whole elements
+  std::vector<uint8_t> stored(ckfmt::MaxEncodedSize(codec, raw_size));
   ckfmt::Result<size_t> n = size_t{0};
-  if (mode & 0x40) {
-    codec = ckfmt::Codec::kZstd;
-    stored = LiteralsFrame(raw, raw_size, ckfmt::kLiteralsBlockMin * (1 + ((mode >> 4) & 3)));
-    if (stored.empty()) return;
-    n = stored.size();
+  if (small_blocks) {
+    n = LiteralsFrame(raw, raw_size, ckfmt::kLiteralsBlockMin * (1 + ((mode >> 4) & 3)), stored);
+    if (*n == 0) return;
   } else {
-    if (!ckfmt::IsKnownCodec(uint8_t(codec))) return;
-    const size_t element_size = size_t(1) << ((mode >> 2) & 3);
-    raw_size -= raw_size % element_size;  // writers chunk whole elements
-    stored.resize(ckfmt::MaxEncodedSize(codec, raw_size));
     n = ckfmt::EncodeChunk(codec, 1, element_size, raw, raw_size, stored.data(), stored.size());
   }
   if (!n.ok()) {
