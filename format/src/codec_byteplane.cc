@@ -15,17 +15,23 @@
 // levels exponent planes are coded as literal-only zstd frames, by
 // ckfmt's own writer (zstd_literals.h) with a code built from the plane's
 // sample, or by libzstd where that writer declines (zstd_encode.h).
-// Every plane is still one standard zstd frame.
+// Every plane is still one standard zstd frame. Decoding, such frames go
+// a block at a time, each block joined while it is in cache
+// (zstd_block_decoder.h): a decode then needs 128 KiB of scratch per coded
+// plane, where decoding whole planes needed the chunk's size.
 #include <zstd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "byte_planes.h"
 #include "ckfmt/codec.h"
 #include "ckfmt/file_layout.h"
+#include "zstd_block_decoder.h"
 #include "zstd_encode.h"
 #include "zstd_frame.h"
 #include "zstd_literals_check.h"
@@ -35,6 +41,65 @@ namespace {
 
 constexpr size_t kDescriptor = 5;
 size_t HeaderSize(size_t e) { return 2 + e * kDescriptor; }
+
+// Joins the planes of a chunk whose descriptors have been checked into
+// `out`, decoding its zstd planes a block at a time so that each block is
+// joined while still in cache (zstd_block_decoder.h). False where a zstd
+// plane is not a literals-only frame or does not decode: then the caller
+// decodes the chunk plane by plane, which words what is wrong.
+bool JoinBlockByBlock(const uint8_t* in, const std::array<size_t, kMaxElement>& offset, size_t e,
+                      size_t n, uint8_t* out) {
+  struct Coded {
+    size_t plane;
+    uint8_t* block;
+    size_t have = 0, used = 0;  // bytes of `block` decoded, and joined
+  };
+  thread_local std::vector<std::unique_ptr<LiteralsOnlyBlockDecoder>> decoders;
+  thread_local std::vector<uint8_t> blocks;
+  std::array<Coded, kMaxElement> coded;
+  size_t c = 0;
+  for (size_t p = 0; p < e; ++p) {
+    const uint8_t* d = in + 2 + p * kDescriptor;
+    if (d[0] == 0) continue;
+    if (decoders.size() <= c) decoders.push_back(std::make_unique<LiteralsOnlyBlockDecoder>());
+    if (!decoders[c]->Start(in + offset[p], GetU32(d + 1), n)) return false;
+    coded[c++].plane = p;
+  }
+  if (c == 0) return false;  // nothing to decode: a plain join does it
+  if (blocks.size() < c * kZstdBlockMax) blocks.resize(c * kZstdBlockMax);
+  for (size_t k = 0; k < c; ++k) coded[k].block = blocks.data() + k * kZstdBlockMax;
+
+  std::array<const uint8_t*, kMaxElement> src{};
+  for (size_t done = 0; done < n;) {
+    // Join as many elements as every coded plane has decoded: a block of
+    // each, as a rule, since writers cut every plane's blocks alike.
+    size_t step = n - done;
+    for (size_t k = 0; k < c; ++k) {
+      Coded& z = coded[k];
+      if (z.used == z.have) {
+        const int64_t got = decoders[k]->Next(z.block);
+        if (got <= 0) return false;
+        z.have = size_t(got);
+        z.used = 0;
+      }
+      step = std::min(step, z.have - z.used);
+    }
+    for (size_t p = 0; p < e; ++p) {
+      if (in[2 + p * kDescriptor] == 0) src[p] = in + offset[p] + done;  // a raw plane
+    }
+    for (size_t k = 0; k < c; ++k) {
+      src[coded[k].plane] = coded[k].block + coded[k].used;
+      coded[k].used += step;
+    }
+    JoinPlanes(src.data(), e, step, out + done * e);
+    done += step;
+  }
+  // Start() counted n bytes in all; the frames' ends (checksums) remain.
+  for (size_t k = 0; k < c; ++k) {
+    if (coded[k].used != coded[k].have || decoders[k]->Next(coded[k].block) != 0) return false;
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -134,6 +199,8 @@ Status DecodeBytePlanes(const uint8_t* in, size_t stored_size, uint8_t* out, siz
   if (pos != stored_size) {
     return bad(std::to_string(stored_size - pos) + " bytes follow the last plane");
   }
+
+  if (out && JoinBlockByBlock(in, offset, e, n, out)) return Status::OK();
 
   // Raw planes are joined straight from the input; zstd planes are decoded
   // into scratch first, or, where nothing is joined, checked without

@@ -11,13 +11,14 @@
 #include <vector>
 
 #include "ckfmt/file_layout.h"  // GetU16, GetU32
+#include "zstd_block_decoder.h"  // ReadBlockHeader, ReadLiteralsOnlyBlock
 #include "zstd_frame.h"         // kMaxZstdWindow
 #include "zstd_literals_walk.h"  // Position, the AVX-512 walk
 
 namespace ckfmt {
 namespace {
 
-constexpr size_t kBlockMax = ZSTD_BLOCKSIZE_MAX;  // §3.1.1.2.4
+constexpr size_t kBlockMax = kZstdBlockMax;       // §3.1.1.2.4
 constexpr int kMaxTableLog = kMaxCodeBits;        // Max_Number_of_Bits (§4.2.1)
 constexpr int kMaxWeightLog = 6;                  // the weights' FSE accuracy (§4.2.1.2)
 constexpr int kMaxWeight = 12;                    // libzstd refuses heavier weights
@@ -499,29 +500,11 @@ struct Scratch {
 // `scratch`. Returns the literals' count, or -1 where it cannot tell.
 int64_t ReadLiterals(const uint8_t* b, size_t size, size_t block_max, size_t out_left,
                      Scratch& scratch) {
-  if (size < 1) return -1;
-  const int type = b[0] & 3, format = (b[0] >> 2) & 3;
-  size_t header, regenerated, compressed;
-  int streams = 1;
-  if (type < 2) {  // Raw_Literals_Block or RLE_Literals_Block
-    header = format == 1 ? 2 : format == 3 ? 3 : 1;
-    if (size < header) return -1;
-    regenerated = header == 1   ? size_t(b[0] >> 3)
-                  : header == 2 ? size_t(b[0] >> 4) + (size_t(b[1]) << 4)
-                                : size_t(b[0] >> 4) + (size_t(b[1]) << 4) + (size_t(b[2]) << 12);
-    compressed = type == 0 ? regenerated : 1;
-  } else {
-    header = format < 2 ? 3 : format == 2 ? 4 : 5;
-    if (size < header) return -1;
-    uint64_t v = 0;
-    for (size_t i = header; i-- > 0;) v = v << 8 | b[i];
-    const int field = format < 2 ? 10 : format == 2 ? 14 : 18;
-    regenerated = size_t(v >> 4) & ((size_t{1} << field) - 1);
-    compressed = size_t(v >> (4 + field)) & ((size_t{1} << field) - 1);
-    streams = format == 0 ? 1 : 4;
-  }
-  // Then one byte, the last of the block: Number_of_Sequences = 0.
-  if (header + compressed + 1 != size || b[size - 1] != 0) return -1;
+  LiteralsHeader h;
+  if (!ReadLiteralsOnlyBlock(b, size, h)) return -1;
+  const int type = h.type, streams = h.streams;
+  const size_t header = h.header, regenerated = h.regenerated;
+  size_t compressed = h.content;
   if (regenerated > block_max || regenerated > out_left) return -1;
   if (type < 2) return int64_t(regenerated);
   if (regenerated == 0) return -1;
@@ -586,27 +569,18 @@ bool CheckFrame(const uint8_t* in, size_t len, size_t n, Scratch& scratch) {
   const size_t block_max = size_t(std::min<uint64_t>(window, kBlockMax));
 
   size_t decoded = 0;
-  for (bool last = false; !last;) {
-    if (len - pos < 3) return false;
-    const uint32_t bh =
-        uint32_t(in[pos]) | uint32_t(in[pos + 1]) << 8 | uint32_t(in[pos + 2]) << 16;
-    pos += 3;
-    last = bh & 1;
-    const int type = (bh >> 1) & 3;
-    const size_t size = bh >> 3;
-    if (type == 3 || size > block_max) return false;
-    const size_t stored = type == 1 ? 1 : size;
-    if (len - pos < stored) return false;
-    if (type == 2) {
-      if (size >= kBlockMax) return false;  // libzstd's bound on a compressed block
-      const int64_t got = ReadLiterals(in + pos, size, block_max, n - decoded, scratch);
+  for (BlockHeader b; !b.last;) {
+    if (!ReadBlockHeader(in, len, pos, block_max, b)) return false;
+    if (b.type == 2) {
+      if (b.size >= kBlockMax) return false;  // libzstd's bound on a compressed block
+      const int64_t got = ReadLiterals(in + pos, b.size, block_max, n - decoded, scratch);
       if (got < 0) return false;
       decoded += size_t(got);
     } else {
-      if (size > n - decoded) return false;
-      decoded += size;
+      if (b.size > n - decoded) return false;
+      decoded += b.size;
     }
-    pos += stored;
+    pos += b.stored;
     if (scratch.streams() >= Scratch::kMaxStreams && !scratch.Check()) return false;
   }
   return pos == len && decoded == n && scratch.Check();

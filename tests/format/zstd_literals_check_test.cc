@@ -18,35 +18,14 @@
 #include "zstd_frame.h"
 #include "zstd_literals.h"
 #include "zstd_literals_walk.h"
+#include "zstd_test_frames.h"
 
 namespace ckfmt {
 namespace {
 
-using Bytes = std::vector<uint8_t>;
-
-// bf16 weights ~N(0, 0.02) or fp32 moments ~N(0, 1e-3), as bytes.
-Bytes TrainingBytes(size_t n, bool bf16, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, bf16 ? 0.02f : 1e-3f);
-  Bytes b(n);
-  for (size_t i = 0; i + 4 <= n; i += 4) {
-    const float v = dist(rng), w = dist(rng);
-    uint32_t x, y;
-    std::memcpy(&x, &v, 4);
-    std::memcpy(&y, &w, 4);
-    const uint32_t word = bf16 ? (x >> 16) | (y & 0xffff0000u) : x;
-    std::memcpy(&b[i], &word, 4);
-  }
-  return b;
-}
-
-Bytes Compress(const Bytes& in, int level) {
-  Bytes out(ZSTD_compressBound(in.size()));
-  const size_t n = ZSTD_compress(out.data(), out.size(), in.data(), in.size(), level);
-  EXPECT_FALSE(ZSTD_isError(n));
-  out.resize(n);
-  return out;
-}
+using test::Bytes;
+using test::Compress;
+using test::TrainingBytes;
 
 bool Passes(const Bytes& frame, size_t n) {
   return LiteralsOnlyFrameDecodes(frame.data(), frame.size(), n);
@@ -112,11 +91,7 @@ TEST(ZstdLiteralsCheckTest, CannotTellAboutFramesWithMatchesAndSaysSo) {
 
 TEST(ZstdLiteralsCheckTest, CannotTellAboutChecksumsDictionariesTrailingBytesOrUnmarkedStreams) {
   const Bytes in = TrainingBytes(64 << 10, false, 9);
-  ZSTD_CCtx* cctx = ZSTD_createCCtx();
-  ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
-  Bytes with_sum(ZSTD_compressBound(in.size()));
-  with_sum.resize(ZSTD_compress2(cctx, with_sum.data(), with_sum.size(), in.data(), in.size()));
-  ZSTD_freeCCtx(cctx);
+  const Bytes with_sum = Compress(in, 3, true);
   ASSERT_TRUE(Decodes(with_sum, in.size()));
   EXPECT_FALSE(Passes(with_sum, in.size()));
 
