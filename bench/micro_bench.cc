@@ -185,30 +185,39 @@ void BM_EncodeSmallChunk(benchmark::State& state) {
 }
 
 // Decodes a chunk again and again, or, with `check_only`, checks that it
-// decodes as `ckfmt verify` does (FORMAT.md Z2), keeping nothing.
-void DecodeChunkOf(benchmark::State& state, bool check_only) {
+// decodes as `ckfmt verify` does (FORMAT.md Z2), keeping nothing. With
+// `copies` > 1 it goes round that many copies of the chunk, each from and
+// into memory of its own, as a load decodes chunks fresh from the disk into
+// tensors: 64 copies are 450 MiB, so that neither side is in any cache, and
+// memory traffic counts as in a load.
+void DecodeChunkOf(benchmark::State& state, bool check_only, size_t copies = 1) {
   const auto codec = ckfmt::Codec(state.range(0));
   const int kind = int(state.range(1));
   SetCodecLabel(state, int(codec), kind);
-  AlignedBuf raw(kChunk), back(kChunk);
+  AlignedBuf raw(kChunk), back(copies * kChunk);
   FillRealistic(kind, raw.data(), kChunk);
   const size_t cap = ckfmt::MaxEncodedSize(codec, kChunk);
-  AlignedBuf enc(cap);
+  AlignedBuf enc(copies * cap);
   auto r = ckfmt::EncodeChunk(codec, 1, ElementSize(kind), raw.data(), kChunk, enc.data(), cap);
   if (!r.ok()) {
     state.SkipWithError(r.status().ToString().c_str());
     return;
   }
   const size_t stored = *r;
+  for (size_t k = 1; k < copies; ++k) std::memcpy(enc.data() + k * cap, enc.data(), stored);
+  std::memset(back.data(), 0, back.size);  // fault the pages in before timing
+  size_t k = 0;
   for (auto _ : state) {
-    ckfmt::Status s =
-        check_only ? ckfmt::CheckChunkDecodes(uint8_t(codec), enc.data(), stored, kChunk)
-                   : ckfmt::DecodeChunk(uint8_t(codec), enc.data(), stored, back.data(), kChunk);
+    const uint8_t* in = enc.data() + k * cap;
+    ckfmt::Status s = check_only ? ckfmt::CheckChunkDecodes(uint8_t(codec), in, stored, kChunk)
+                                 : ckfmt::DecodeChunk(uint8_t(codec), in, stored,
+                                                      back.data() + k * kChunk, kChunk);
     if (!s.ok()) {
       state.SkipWithError(s.ToString().c_str());
       return;
     }
     benchmark::DoNotOptimize(back.data());
+    k = (k + 1) % copies;
   }
   if (!check_only && std::memcmp(raw.data(), back.data(), kChunk) != 0) {
     state.SkipWithError("codec round trip differs");
@@ -218,44 +227,8 @@ void DecodeChunkOf(benchmark::State& state, bool check_only) {
   state.counters["ratio"] = double(kChunk) / double(stored);
 }
 
-// Decodes 64 copies of a chunk, each from and into memory of its own, as a
-// load decodes chunks fresh from the disk into tensors: 450 MiB in all, so
-// that neither side is in any cache, and memory traffic counts as in a load.
-void BM_DecodeChunkCold(benchmark::State& state) {
-  constexpr size_t kCopies = 64;
-  const auto codec = ckfmt::Codec(state.range(0));
-  const int kind = int(state.range(1));
-  SetCodecLabel(state, int(codec), kind);
-  AlignedBuf raw(kChunk), back(kCopies * kChunk);
-  FillRealistic(kind, raw.data(), kChunk);
-  const size_t cap = ckfmt::MaxEncodedSize(codec, kChunk);
-  AlignedBuf enc(kCopies * cap);
-  auto r = ckfmt::EncodeChunk(codec, 1, ElementSize(kind), raw.data(), kChunk, enc.data(), cap);
-  if (!r.ok()) {
-    state.SkipWithError(r.status().ToString().c_str());
-    return;
-  }
-  const size_t stored = *r;
-  for (size_t k = 1; k < kCopies; ++k) std::memcpy(enc.data() + k * cap, enc.data(), stored);
-  std::memset(back.data(), 0, back.size);  // fault the pages in before timing
-  size_t k = 0;
-  for (auto _ : state) {
-    ckfmt::Status s = ckfmt::DecodeChunk(uint8_t(codec), enc.data() + k * cap, stored,
-                                         back.data() + k * kChunk, kChunk);
-    if (!s.ok()) {
-      state.SkipWithError(s.ToString().c_str());
-      return;
-    }
-    k = (k + 1) % kCopies;
-  }
-  if (std::memcmp(raw.data(), back.data(), kChunk) != 0) {
-    state.SkipWithError("codec round trip differs");
-    return;
-  }
-  state.SetBytesProcessed(int64_t(state.iterations()) * kChunk);
-}
-
 void BM_DecodeChunk(benchmark::State& state) { DecodeChunkOf(state, false); }
+void BM_DecodeChunkCold(benchmark::State& state) { DecodeChunkOf(state, false, 64); }
 void BM_CheckChunk(benchmark::State& state) { DecodeChunkOf(state, true); }
 
 void CodecArgs(benchmark::internal::Benchmark* b) {

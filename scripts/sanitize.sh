@@ -13,7 +13,7 @@
 #                                 fuzz replays (ctest -L fuzz), in
 #                                 ./build-san-replays with line tables only
 #                                 (-g1: reports keep file and line but not
-#                                 inlined frames; 40% less compile time)
+#                                 inlined frames; a fifth less build time)
 #   scripts/sanitize.sh thread    ThreadSanitizer, in ./build-tsan (data races
 #                                 among the I/O, codec and copy threads)
 #

@@ -18,7 +18,6 @@
 namespace ckfmt {
 namespace {
 
-constexpr size_t kBlockMax = kZstdBlockMax;       // §3.1.1.2.4
 constexpr int kMaxTableLog = kMaxCodeBits;        // Max_Number_of_Bits (§4.2.1)
 constexpr int kMaxWeightLog = 6;                  // the weights' FSE accuracy (§4.2.1.2)
 constexpr int kMaxWeight = 12;                    // libzstd refuses heavier weights
@@ -566,13 +565,13 @@ bool CheckFrame(const uint8_t* in, size_t len, size_t n, Scratch& scratch) {
   pos += fcs_size;
   if (single_segment) window = content;
   if (content != n || window > kMaxZstdWindow) return false;
-  const size_t block_max = size_t(std::min<uint64_t>(window, kBlockMax));
+  const size_t block_max = size_t(std::min<uint64_t>(window, kZstdBlockMax));
 
   size_t decoded = 0;
   for (BlockHeader b; !b.last;) {
     if (!ReadBlockHeader(in, len, pos, block_max, b)) return false;
     if (b.type == 2) {
-      if (b.size >= kBlockMax) return false;  // libzstd's bound on a compressed block
+      if (b.size >= kZstdBlockMax) return false;  // libzstd's bound on a compressed block
       const int64_t got = ReadLiterals(in + pos, b.size, block_max, n - decoded, scratch);
       if (got < 0) return false;
       decoded += size_t(got);
