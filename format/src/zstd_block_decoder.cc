@@ -1,10 +1,17 @@
 // See zstd_block_decoder.h. Section numbers are RFC 8878's.
-#define ZSTD_STATIC_LINKING_ONLY  // ZSTD_getFrameHeader, the bufferless decoder
+#define ZSTD_STATIC_LINKING_ONLY  // ZSTD_getFrameHeader
 #include "zstd_block_decoder.h"
 
-#include <algorithm>
+#define XXH_INLINE_ALL  // XXH64_state_t by value
+#include <xxhash.h>
 
-#include "zstd_frame.h"  // kMaxZstdWindow
+#include <algorithm>
+#include <cstring>
+
+#include "ckfmt/file_layout.h"  // GetU32
+#include "zstd_frame.h"         // kMaxZstdWindow
+#include "zstd_huffman.h"
+#include "zstd_huffman_decode.h"
 
 namespace ckfmt {
 
@@ -43,17 +50,33 @@ bool ReadBlockHeader(const uint8_t* in, size_t len, size_t& pos, size_t block_ma
   b.type = (bh >> 1) & 3;
   b.size = bh >> 3;
   b.stored = b.type == 1 ? 1 : b.size;
-  return b.type != 3 && b.size <= block_max && len - pos >= b.stored;
+  // libzstd also refuses a compressed block of kZstdBlockMax bytes or more.
+  if (b.type == 3 || (b.type == 2 && b.size >= kZstdBlockMax)) return false;
+  return b.size <= block_max && len - pos >= b.stored;
 }
 
-LiteralsOnlyBlockDecoder::LiteralsOnlyBlockDecoder() : ctx_(ZSTD_createDCtx()) {}
-LiteralsOnlyBlockDecoder::~LiteralsOnlyBlockDecoder() { ZSTD_freeDCtx(ctx_); }
+struct LiteralsOnlyBlockDecoder::State {
+  const uint8_t* in = nullptr;
+  size_t len = 0, pos = 0, block_max = 0;
+  bool last = false;      // the last block is decoded
+  bool checksum = false;  // a Content_Checksum is still to check
+  XXH64_state_t hash;     // of the bytes decoded, for that checksum
+  bool have_table = false;
+  HuffmanDecodeTable table;  // the last Huffman code read (§3.1.1.3.1.1)
+
+  // Decodes the literals of the compressed block b[0, size) into `out`;
+  // returns their count, or -1.
+  int64_t DecodeLiterals(const uint8_t* b, size_t size, uint8_t* out);
+};
+
+LiteralsOnlyBlockDecoder::LiteralsOnlyBlockDecoder() : s_(std::make_unique<State>()) {}
+LiteralsOnlyBlockDecoder::~LiteralsOnlyBlockDecoder() = default;
 
 bool LiteralsOnlyBlockDecoder::Start(const uint8_t* in, size_t len, size_t n) {
   ZSTD_frameHeader f;
-  if (!ctx_ || ZSTD_getFrameHeader(&f, in, len) != 0) return false;
+  if (ZSTD_getFrameHeader(&f, in, len) != 0) return false;
   if (f.frameType != ZSTD_frame || f.dictID != 0 || f.windowSize > kMaxZstdWindow) return false;
-  if (f.frameContentSize != ZSTD_CONTENTSIZE_UNKNOWN && f.frameContentSize != n) return false;
+  if (f.frameContentSize != n) return false;  // unknown, too
   const size_t block_max = size_t(std::min<uint64_t>(f.windowSize, kZstdBlockMax));
 
   // Walk the block headers (§3.1.1.2) before decoding any.
@@ -72,25 +95,78 @@ bool LiteralsOnlyBlockDecoder::Start(const uint8_t* in, size_t len, size_t n) {
   }
   if (f.checksumFlag) pos += 4;  // Content_Checksum (§3.1.1)
   if (pos != len || regenerated != n) return false;
-  if (ZSTD_isError(ZSTD_decompressBegin(ctx_))) return false;
-  in_ = in;
-  left_ = len;
+
+  State& s = *s_;
+  s.in = in;
+  s.len = len;
+  s.pos = f.headerSize;
+  s.block_max = block_max;
+  s.last = false;
+  s.checksum = f.checksumFlag;
+  XXH64_reset(&s.hash, 0);
+  s.have_table = false;
   return true;
 }
 
-int64_t LiteralsOnlyBlockDecoder::Next(uint8_t* out) {
-  for (;;) {
-    const size_t need = ZSTD_nextSrcSizeToDecompress(ctx_);
-    if (need == 0) return 0;
-    if (need > left_) return -1;
-    // Each block goes to the start of `out`: libzstd takes the move as a
-    // new segment, which is sound because no block refers back (Start).
-    const size_t got = ZSTD_decompressContinue(ctx_, out, kZstdBlockMax, in_, need);
-    if (ZSTD_isError(got)) return -1;
-    in_ += need;
-    left_ -= need;
-    if (got > 0) return int64_t(got);
+int64_t LiteralsOnlyBlockDecoder::State::DecodeLiterals(const uint8_t* b, size_t size,
+                                                        uint8_t* out) {
+  LiteralsHeader h;
+  if (!ReadLiteralsOnlyBlock(b, size, h) || h.regenerated > block_max) return -1;
+  const uint8_t* p = b + h.header;
+  if (h.type == 0) {
+    std::memcpy(out, p, h.regenerated);
+    return int64_t(h.regenerated);
   }
+  if (h.type == 1) {
+    std::memset(out, p[0], h.regenerated);
+    return int64_t(h.regenerated);
+  }
+  if (h.regenerated == 0) return -1;
+  size_t coded = h.content;
+  if (h.type == 2) {  // Compressed_Literals_Block: a new code
+    HuffmanCode code;
+    const size_t tree = ReadHuffmanCode(p, coded, code);
+    if (tree == 0 || tree >= coded) return -1;
+    FillDecodeTable(code, table);
+    have_table = true;
+    p += tree;
+    coded -= tree;
+  } else if (!have_table) {  // Treeless_Literals_Block: the last code
+    return -1;
+  }
+  HuffmanStream streams[4];
+  if (!CutHuffmanStreams(p, coded, h.regenerated, h.streams, streams) ||
+      !DecodeHuffmanStreams(table, streams, h.streams, out)) {
+    return -1;
+  }
+  return int64_t(h.regenerated);
+}
+
+int64_t LiteralsOnlyBlockDecoder::Next(uint8_t* out) {
+  State& s = *s_;
+  while (!s.last) {
+    BlockHeader b;
+    if (!ReadBlockHeader(s.in, s.len, s.pos, s.block_max, b)) return -1;
+    const uint8_t* block = s.in + s.pos;
+    s.pos += b.stored;
+    s.last = b.last;
+    int64_t got = int64_t(b.size);
+    if (b.type == 0) {
+      std::memcpy(out, block, b.size);
+    } else if (b.type == 1) {
+      std::memset(out, block[0], b.size);
+    } else {
+      got = s.DecodeLiterals(block, b.size, out);
+      if (got < 0) return -1;
+    }
+    if (s.checksum) XXH64_update(&s.hash, out, size_t(got));
+    if (got > 0) return got;
+  }
+  if (s.checksum) {  // the low 4 bytes of the content's XXH64 (§3.1.1)
+    s.checksum = false;
+    if (s.len - s.pos != 4 || GetU32(s.in + s.pos) != uint32_t(XXH64_digest(&s.hash))) return -1;
+  }
+  return 0;
 }
 
 }  // namespace ckfmt

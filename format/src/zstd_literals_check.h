@@ -1,7 +1,10 @@
 // Whether a zstd frame that holds only literals (RFC 8878) decodes to
-// exactly n bytes, found without decoding it: `ckfmt verify`'s check of the
-// frames that carry bf16 and fp32 values, in which libzstd finds no
-// matches and the byte-plane writer (zstd_literals.h) looks for none.
+// exactly n bytes, found without decoding it: `ckfmt verify`'s check of
+// codec 1 chunks of bf16 and fp32 values, in which libzstd finds no
+// matches and ckfmt's writer (zstd_literals.h) looks for none. (The
+// exponent planes of codec 2, whose codes are short, are checked by
+// decoding them a block at a time, several codes a lookup, which is
+// faster there: zstd_huffman_decode.h.)
 //
 // Why: to decode such a frame is a Huffman pass over every byte, and a
 // verify that decodes every chunk (FORMAT.md Z2) is bound by it on a

@@ -6,10 +6,9 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace ckfmt {
+#include "zstd_huffman.h"  // kMaxCodeBits
 
-// Bits peeked for a code: Max_Number_of_Bits (RFC 8878 §4.2.1).
-constexpr int kMaxCodeBits = 11;
+namespace ckfmt {
 
 // Where a fast walk of a stream stands: the 8 bytes at `ip` hold the next
 // bits, `used` (at most 7) of them already read from the top.

@@ -12,7 +12,9 @@
 //     codec 1 frame of 1 to 4 KiB blocks (bits 4-5) that share one Huffman code, as a
 //     checkpoint's 4 MiB chunks share it over 128 KiB blocks: a few KiB of input make the
 //     sixteen and eight blocks the AVX-512 walk of the check takes at once.
-// Where the CPU has that walk, the check must answer alike with it and without it.
+// Where the CPU has that walk, the check must answer alike with it and without it. Codec 1
+// frames also go through the byte-plane codec's block decoder, which must pass only what
+// libzstd decodes the same, and exactly what the walk passes.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -22,8 +24,10 @@
 #include <vector>
 
 #include "ckfmt/codec.h"
-#include "zstd_literals.h"       // WriteLiteralsFrameInBlocks
-#include "zstd_literals_walk.h"  // SetAvx512WalkEnabled
+#include "zstd_block_decoder.h"   // LiteralsOnlyBlockDecoder
+#include "zstd_literals.h"        // WriteLiteralsFrameInBlocks
+#include "zstd_literals_check.h"  // LiteralsOnlyFrameDecodes
+#include "zstd_literals_walk.h"   // SetAvx512WalkEnabled
 
 namespace {
 
@@ -47,10 +51,40 @@ ckfmt::Status Check(uint8_t codec, const uint8_t* stored, size_t stored_size, si
   return checked;
 }
 
+// The block-by-block decoder of the byte-plane codec (zstd_block_decoder.h)
+// on a codec 1 frame, which libzstd decoded to `decoded` (and `out`): what
+// it passes, libzstd decodes to the same bytes; and it passes exactly the
+// frames the walk of the check passes, but for those with a content
+// checksum, which the walk leaves to libzstd.
+void CompareBlockDecoder(const uint8_t* frame, size_t size, size_t raw_size,
+                         const ckfmt::Status& decoded, const uint8_t* out) {
+  ckfmt::LiteralsOnlyBlockDecoder decoder;
+  std::vector<uint8_t> block(ckfmt::kZstdBlockMax), all;
+  bool passed = decoder.Start(frame, size, raw_size);
+  for (int64_t got; passed && (got = decoder.Next(block.data())) != 0;) {
+    passed = got > 0;
+    if (passed) all.insert(all.end(), block.begin(), block.begin() + got);
+  }
+  const bool walked = ckfmt::LiteralsOnlyFrameDecodes(frame, size, raw_size);
+  const bool checksummed = size > 4 && (frame[4] & 4);
+  if ((passed && (!decoded.ok() || all.size() != raw_size ||
+                  (raw_size && std::memcmp(all.data(), out, raw_size) != 0))) ||
+      (walked && !passed) || (passed && !checksummed && !walked)) {
+    std::fprintf(stderr,
+                 "zstd frame of %zu bytes, raw size %zu: the block decoder says %d, the walk %d, "
+                 "libzstd %s\n",
+                 size, raw_size, int(passed), int(walked), decoded.ToString().c_str());
+    std::abort();
+  }
+}
+
 void DecodeStored(uint8_t codec, const uint8_t* stored, size_t stored_size, size_t raw_size) {
   // Not zeroed: an iteration should cost the decoder's work, not a memset.
   std::unique_ptr<uint8_t[]> out(new uint8_t[raw_size]);
   const ckfmt::Status decoded = ckfmt::DecodeChunk(codec, stored, stored_size, out.get(), raw_size);
+  if (codec == uint8_t(ckfmt::Codec::kZstd)) {
+    CompareBlockDecoder(stored, stored_size, raw_size, decoded, out.get());
+  }
   // The verifier's check, which walks literals-only zstd frames without
   // decoding them, must find what decoding finds.
   const ckfmt::Status checked = Check(codec, stored, stored_size, raw_size);
