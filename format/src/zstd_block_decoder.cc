@@ -121,7 +121,6 @@ int64_t LiteralsOnlyBlockDecoder::State::DecodeLiterals(const uint8_t* b, size_t
     std::memset(out, p[0], h.regenerated);
     return int64_t(h.regenerated);
   }
-  if (h.regenerated == 0) return -1;
   size_t coded = h.content;
   if (h.type == 2) {  // Compressed_Literals_Block: a new code
     HuffmanCode code;

@@ -207,6 +207,7 @@ bool CutHuffmanStreams(const uint8_t* in, size_t size, size_t regenerated, int s
                        HuffmanStream* out) {
   // A stream is at least its last byte, which holds the start mark (§4.2.2).
   auto malformed = [](const uint8_t* q, size_t n) { return n == 0 || q[n - 1] == 0; };
+  if (regenerated == 0) return false;
   if (streams == 1) {
     if (malformed(in, size)) return false;
     out[0] = {in, size, regenerated};

@@ -2,7 +2,8 @@
 // code's description and cutting a block's literals into their streams.
 // Shared by the check that walks streams by their codes' lengths
 // (zstd_literals_check.cc) and the decoder (zstd_huffman_decode.h), so
-// that both take and refuse the same frames. Internal to the format
+// that both take and refuse the same frames; the writer
+// (zstd_literals.cc) shares its bit helpers. Internal to the format
 // library; section numbers are RFC 8878's.
 #pragma once
 
@@ -24,6 +25,12 @@ inline uint64_t LoadLE64(const uint8_t* p) {
   std::memcpy(&v, p, 8);
   if constexpr (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__) v = __builtin_bswap64(v);
   return v;
+}
+
+// The coders' hot store: one instruction where the host is little-endian.
+inline void StoreLE64(uint8_t* p, uint64_t v) {
+  if constexpr (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__) v = __builtin_bswap64(v);
+  std::memcpy(p, &v, 8);
 }
 
 // Calls kKernel(args...) compiled for BMI2 where the CPU has it (a shift
@@ -122,9 +129,9 @@ struct HuffmanStream {
 // description, if any) that regenerate `regenerated` bytes into `streams`
 // (1 or 4) streams, in the order their symbols come; four follow a jump
 // table (§3.1.1.3.1.6). False where they break the format as libzstd reads
-// it: a stream that is empty or whose last byte, which holds its start
-// mark, is 0, a jump table past the end, or four streams for fewer than six
-// literals.
+// it: no literals at all, a stream that is empty or whose last byte, which
+// holds its start mark, is 0, a jump table past the end, or four streams
+// for fewer than six literals.
 bool CutHuffmanStreams(const uint8_t* in, size_t size, size_t regenerated, int streams,
                        HuffmanStream* out);
 

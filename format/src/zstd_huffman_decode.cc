@@ -16,11 +16,6 @@ constexpr int kLookupsPerRound = 5;  // at most 8 + 5 * 11 = 63 bits a round
 constexpr size_t kRoundReach = (kLookupsPerRound - 1) * kMaxSymbolsPerLookup + 8;
 constexpr size_t kRoundAdvance = kLookupsPerRound * kMaxSymbolsPerLookup;
 
-inline void StoreLE64(uint8_t* p, uint64_t v) {
-  if constexpr (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__) v = __builtin_bswap64(v);
-  std::memcpy(p, &v, 8);
-}
-
 // Where a stream's decoding stands: the 8 bytes at `ip` hold its next bits,
 // `used` (at most 8) of them already read from the top; symbols go to `out`.
 struct Cursor {

@@ -14,26 +14,17 @@
 
 #include "ckfmt/file_layout.h"  // PutU16, PutU32
 #include "zstd_frame.h"         // kMaxZstdWindow
+#include "zstd_huffman.h"       // kMaxCodeBits, HighBit, StoreLE64
 
 namespace ckfmt {
 namespace {
 
 static_assert(kLiteralsBlockMax == ZSTD_BLOCKSIZE_MAX);  // Block_Maximum_Size (§3.1.1.2.4)
-constexpr int kMaxBits = 11;                             // Max_Number_of_Bits (§4.2.1)
 
 void PutU24(uint8_t* p, uint32_t v) {
   PutU16(p, uint16_t(v));
   p[2] = uint8_t(v >> 16);
 }
-// The coder's hot store: one instruction where the host is little-endian.
-inline void StoreLE64(uint8_t* p, uint64_t v) {
-  if constexpr (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__) {
-    std::memcpy(p, &v, 8);
-  } else {
-    for (int i = 0; i < 8; ++i) p[i] = uint8_t(v >> (8 * i));
-  }
-}
-int HighBit(uint32_t v) { return 31 - __builtin_clz(v); }  // REQUIRES: v > 0
 
 // ---------------------------------------------------------------------------
 // Which byte values occur: the range below 0x80 and the range from 0x80 on.
@@ -101,7 +92,7 @@ struct Code {
 };
 
 // Lengths of an optimal prefix code for `count` (0: absent), at most
-// kMaxBits long: where the optimal code is deeper, the counts are halved
+// kMaxCodeBits long: where the optimal code is deeper, the counts are halved
 // (never below 1) and the code rebuilt. False if fewer than two symbols.
 bool CodeLengths(std::array<uint32_t, 256> count, std::array<uint8_t, 256>& bits) {
   std::array<uint16_t, 256> sym;
@@ -137,7 +128,7 @@ bool CodeLengths(std::array<uint32_t, 256> count, std::array<uint8_t, 256>& bits
       depth[k] = uint8_t(depth[parent[k]] + 1);
       if (k < leaves) deepest = std::max(deepest, int(depth[k]));
     }
-    if (deepest <= kMaxBits) {
+    if (deepest <= kMaxCodeBits) {
       bits.fill(0);
       for (int i = 0; i < leaves; ++i) bits[sym[i]] = depth[i];
       return true;
@@ -149,7 +140,7 @@ bool CodeLengths(std::array<uint32_t, 256> count, std::array<uint8_t, 256>& bits
 // Canonical code values as the decoder assigns them (§4.2.1.3): by
 // increasing weight, i.e. longest codes first, then by byte value.
 void AssignValues(Code& code) {
-  std::array<int, kMaxBits + 2> per_length{};
+  std::array<int, kMaxCodeBits + 2> per_length{};
   code.max_bits = 0;
   code.last = 0;
   for (int s = 0; s < 256; ++s) {
@@ -159,7 +150,7 @@ void AssignValues(Code& code) {
       code.last = s;
     }
   }
-  std::array<uint32_t, kMaxBits + 2> next{};
+  std::array<uint32_t, kMaxCodeBits + 2> next{};
   uint32_t first = 0;
   for (int len = code.max_bits; len > 0; --len) {
     next[len] = first;
@@ -202,16 +193,16 @@ class BitOut {
   int used_ = 0;
 };
 
-// FSE-codes `w[0, n)` (values 0..kMaxBits) the way the Huffman description
+// FSE-codes `w[0, n)` (values 0..kMaxCodeBits) the way the Huffman description
 // uses it: accuracy 6, two states taking turns. Returns the bytes written,
 // 0 if they would exceed `cap` or FSE cannot code `w` (a single distinct
 // value).
 size_t FseWeights(const uint8_t* w, int n, uint8_t* out, size_t cap) {
   constexpr int kLog = 6, kSize = 1 << kLog;
-  std::array<int, kMaxBits + 1> count{}, norm{};
+  std::array<int, kMaxCodeBits + 1> count{}, norm{};
   int top = 0, distinct = 0, largest = 0;
   for (int i = 0; i < n; ++i) ++count[w[i]];
-  for (int v = 0; v <= kMaxBits; ++v) {
+  for (int v = 0; v <= kMaxCodeBits; ++v) {
     if (!count[v]) continue;
     top = v;
     ++distinct;
@@ -257,8 +248,8 @@ size_t FseWeights(const uint8_t* w, int n, uint8_t* out, size_t cap) {
 
   // The decoding table's cells (§4.1.1): spread, and each symbol's cells
   // in state order.
-  std::array<std::array<uint8_t, kSize>, kMaxBits + 1> cells;
-  std::array<int, kMaxBits + 1> filled{};
+  std::array<std::array<uint8_t, kSize>, kMaxCodeBits + 1> cells;
+  std::array<int, kMaxCodeBits + 1> filled{};
   {
     std::array<uint8_t, kSize> symbol_at;
     int pos = 0;
@@ -434,9 +425,9 @@ std::array<size_t, 4> CodeStreams(const CodeTables& t, const uint8_t* in, size_t
   return {st[0].Close(), st[1].Close(), st[2].Close(), st[3].Close()};
 }
 
-// The largest stream of a 128 KiB block: a quarter of it at kMaxBits,
+// The largest stream of a 128 KiB block: a quarter of it at kMaxCodeBits,
 // the end mark, and the 8 bytes a flush may write past its end.
-constexpr size_t kStreamCap = (kLiteralsBlockMax / 4 * kMaxBits + 7) / 8 + 1 + 8;
+constexpr size_t kStreamCap = (kLiteralsBlockMax / 4 * kMaxCodeBits + 7) / 8 + 1 + 8;
 
 // Builds the tables for `code`. Pairs pay where the plane is long next to
 // the number of pairs to fill; their table is per thread, and only the

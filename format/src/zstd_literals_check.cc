@@ -261,7 +261,6 @@ int64_t ReadLiterals(const uint8_t* b, size_t size, size_t block_max, size_t out
   size_t compressed = h.content;
   if (regenerated > block_max || regenerated > out_left) return -1;
   if (type < 2) return int64_t(regenerated);
-  if (regenerated == 0) return -1;
   const uint8_t* p = b + header;
   if (type == 2) {  // Compressed_Literals_Block: a new code
     if (scratch.tables.size() == Scratch::kMaxTables && !scratch.Check()) return -1;
