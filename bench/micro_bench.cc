@@ -230,6 +230,7 @@ void DecodeChunkOf(benchmark::State& state, bool check_only, size_t copies = 1) 
 void BM_DecodeChunk(benchmark::State& state) { DecodeChunkOf(state, false); }
 void BM_DecodeChunkCold(benchmark::State& state) { DecodeChunkOf(state, false, 64); }
 void BM_CheckChunk(benchmark::State& state) { DecodeChunkOf(state, true); }
+void BM_CheckChunkCold(benchmark::State& state) { DecodeChunkOf(state, true, 64); }
 
 void CodecArgs(benchmark::internal::Benchmark* b) {
   for (auto codec : {ckfmt::Codec::kZstd, ckfmt::Codec::kBytePlaneZstd}) {
@@ -241,6 +242,7 @@ BENCHMARK(BM_EncodeChunk)->Apply(CodecArgs);
 BENCHMARK(BM_DecodeChunk)->Apply(CodecArgs);
 BENCHMARK(BM_DecodeChunkCold)->Apply(CodecArgs);
 BENCHMARK(BM_CheckChunk)->Apply(CodecArgs);
+BENCHMARK(BM_CheckChunkCold)->Apply(CodecArgs);
 BENCHMARK(BM_EncodeSmallChunk)
     ->ArgsProduct({{kBF16Weights, kF32ExpAvg}, {16, 64, 256}})
     ->ArgNames({"data", "KiB"});

@@ -169,17 +169,36 @@ bool CheckStreams(const Stream* s) {
   return ContinueStreams<kWays>(s, p, 0);
 }
 
-// kWays streams (kWays / 4 blocks' four) with the vector walk while all of
-// them can go fast, then eight at a time as above. Streams of several
-// codes, or of a code SplitLengthTable cannot split, go eight at a time
-// from the start. REQUIRES: UseAvx512Walk(); kWays is 32 or 64.
-template <int kWays>
-bool CheckStreamsAvx512(const Stream* s) {
+// The vector kernels (zstd_literals_walk.h), each with the form of the
+// code it takes: kWays streams, kWays / 4 blocks' four, at once.
+struct Avx512Walk {
+  using Table = SplitLengths;
+  static bool Prepare(const uint8_t* lengths, Table& t) { return SplitLengthTable(lengths, t); }
+  template <int kWays>
+  static void Rounds(const Table& t, Position* p, size_t rounds) {
+    WalkRoundsAvx512<kWays / 8>(t, p, rounds);
+  }
+};
+struct Avx2Walk {
+  using Table = LengthThresholds;
+  static bool Prepare(const uint8_t* lengths, Table& t) { return ThresholdsOf(lengths, t); }
+  template <int kWays>
+  static void Rounds(const Table& t, Position* p, size_t rounds) {
+    WalkRoundsAvx2<kWays / 16>(t, p, rounds);
+  }
+};
+
+// kWays streams with the vector walk while all of them can go fast, then
+// eight at a time as above. Streams of several codes, or of a code the
+// kernel cannot take, go eight at a time from the start.
+// REQUIRES: the kernel runs here; kWays is one it takes.
+template <typename Walk, int kWays>
+bool CheckStreamsVector(const Stream* s) {
   const uint8_t* lengths = s[0].lengths;
-  SplitLengths split;
+  typename Walk::Table table;
   if (AnyShort(s, kWays) ||
       std::any_of(s, s + kWays, [&](const Stream& t) { return t.lengths != lengths; }) ||
-      !SplitLengthTable(lengths, split)) {
+      !Walk::Prepare(lengths, table)) {
     for (int i = 0; i < kWays; i += 8) {
       if (!CheckStreams<8>(s + i)) return false;
     }
@@ -189,11 +208,25 @@ bool CheckStreamsAvx512(const Stream* s) {
   for (int g = 0; g < kWays; ++g) p[g] = StartOf(s[g]);
   size_t done = 0;
   for (size_t rounds; (rounds = CommonRounds(s, p, kWays, done)) > 0;) {
-    WalkRoundsAvx512<kWays / 8>(split, p, rounds);
+    Walk::template Rounds<kWays>(table, p, rounds);
     done += 5 * rounds;
   }
   for (int i = 0; i < kWays; i += 8) {
     if (!ContinueStreams<8>(s + i, p + i, done)) return false;
+  }
+  return true;
+}
+
+// The streams of quads[*i, n) in runs of kWide, then one of kNarrow, with
+// the vector walk; *i is moved past them.
+template <typename Walk, int kWide, int kNarrow>
+bool CheckStreamsVector(const Stream* quads, size_t n, size_t* i) {
+  for (; *i + kWide <= n; *i += kWide) {
+    if (!CheckStreamsVector<Walk, kWide>(quads + *i)) return false;
+  }
+  if (*i + kNarrow <= n) {
+    if (!CheckStreamsVector<Walk, kNarrow>(quads + *i)) return false;
+    *i += kNarrow;
   }
   return true;
 }
@@ -221,19 +254,20 @@ struct Scratch {
     singles.clear();
     tables.clear();
   }
-  // Checks the listed streams, sixteen or eight blocks at a time with the
-  // AVX-512 walk or two at a time without it where it can, and forgets all
-  // tables but the last, which a Treeless_Literals_Block may still use.
+  // Checks the listed streams, sixteen or eight blocks at a time with a
+  // vector walk (AVX-512 or AVX2) or two at a time without one where it
+  // can, and forgets all tables but the last, which a
+  // Treeless_Literals_Block may still use.
   bool Check() {
     size_t i = 0;
-    if (UseAvx512Walk()) {
-      for (; i + 64 <= quads.size(); i += 64) {
-        if (!CheckStreamsAvx512<64>(quads.data() + i)) return false;
-      }
-      if (i + 32 <= quads.size()) {
-        if (!CheckStreamsAvx512<32>(quads.data() + i)) return false;
-        i += 32;
-      }
+    const WalkKind walk = CurrentWalk();
+    if (walk == WalkKind::kAvx512 &&
+        !CheckStreamsVector<Avx512Walk, 64, 32>(quads.data(), quads.size(), &i)) {
+      return false;
+    }
+    if (walk == WalkKind::kAvx2 &&
+        !CheckStreamsVector<Avx2Walk, 64, 32>(quads.data(), quads.size(), &i)) {
+      return false;
     }
     for (; i + 8 <= quads.size(); i += 8) {
       if (!CheckStreams<8>(quads.data() + i)) return false;

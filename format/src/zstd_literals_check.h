@@ -12,8 +12,8 @@
 // of symbols with every bit read depends only on the lengths of its codes,
 // so this walks the codes by length alone: no symbol is looked up or
 // stored, and eight streams (two blocks' four) are walked at once, or 64
-// or 32 (sixteen or eight blocks of one code) with AVX-512 VBMI where the
-// CPU has it (zstd_literals_walk.h).
+// or 32 (sixteen or eight blocks of one code) with AVX-512 VBMI or AVX2
+// where the CPU has it (zstd_literals_walk.h).
 //
 // It answers only what it can tell with certainty, and otherwise says it
 // cannot, for libzstd to decide: a frame it passes decodes, with libzstd,

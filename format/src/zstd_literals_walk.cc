@@ -40,12 +40,15 @@ bool SplitLengthTable(const uint8_t* lengths, SplitLengths& out) {
 }
 
 namespace {
-std::atomic<bool> avx512_walk_enabled{true};
+std::atomic<WalkKind> walk_limit{WalkKind::kAvx512};
 }  // namespace
 
-void SetAvx512WalkEnabled(bool enabled) { avx512_walk_enabled = enabled; }
-bool UseAvx512Walk() {
-  return Avx512WalkAvailable() && avx512_walk_enabled.load(std::memory_order_relaxed);
+void LimitWalk(WalkKind widest) { walk_limit = widest; }
+WalkKind CurrentWalk() {
+  const WalkKind limit = walk_limit.load(std::memory_order_relaxed);
+  if (limit >= WalkKind::kAvx512 && Avx512WalkAvailable()) return WalkKind::kAvx512;
+  if (limit >= WalkKind::kAvx2 && Avx2WalkAvailable()) return WalkKind::kAvx2;
+  return WalkKind::kScalar;
 }
 
 #if defined(CKFMT_WALK_AVX512)
@@ -85,6 +88,15 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vpopcntdq"))) void Walk
     used[v] = _mm512_load_si512(u);
   }
   for (size_t r = 0; r < rounds; ++r) {
+    if (r % kPrefetchEvery == 0) {
+      for (int v = 0; v < kVectors; ++v) {
+        alignas(64) uint64_t a[8];
+        _mm512_store_si512(a, ip[v]);
+        for (int l = 0; l < 8; ++l) {
+          _mm_prefetch(reinterpret_cast<const char*>(a[l] - kPrefetchAhead), _MM_HINT_T0);
+        }
+      }
+    }
     __m512i bits[kVectors];
     for (int v = 0; v < kVectors; ++v) {
       const __m512i word = _mm512_i64gather_epi64(ip[v], nullptr, 1);

@@ -1,6 +1,7 @@
 // The fast walk of Huffman streams by code length alone: what the
-// literals check (zstd_literals_check.cc) shares with its AVX-512 kernel
-// (zstd_literals_walk.cc). Internal to the format library.
+// literals check (zstd_literals_check.cc) shares with its vector kernels,
+// AVX-512 (zstd_literals_walk.cc) and AVX2 (zstd_literals_walk_avx2.cc).
+// Internal to the format library.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +17,14 @@ struct Position {
   const uint8_t* ip;
   uint32_t used;
 };
+
+// How far below a stream's next bytes the vector kernels ask for its bytes
+// ahead of use, every 8th round (a round reads at most 7 bytes, so no
+// 64-byte line is skipped): a check reads chunks fresh from the disk, and
+// 32 or 64 streams read backward are more than the hardware prefetcher
+// follows.
+constexpr int kPrefetchAhead = 256;
+constexpr size_t kPrefetchEvery = 8;
 
 // A code's length by its next 11 bits, as two tables small enough for
 // vector registers: `top[p]` is the length of every code whose first 7 bits
@@ -33,14 +42,39 @@ struct SplitLengths {
 // False where it needs more than four slots.
 bool SplitLengthTable(const uint8_t* lengths, SplitLengths& out);
 
-// Whether this build and this CPU run WalkRoundsAvx512 (AVX-512 F, BW,
-// VBMI and VPOPCNTDQ).
-bool Avx512WalkAvailable();
+// The same lengths as thresholds, which AVX2 compares sixteen at a time: a
+// canonical code gives its longest codes the lowest windows (§4.2.1.3), so
+// a code's length falls stepwise as its window x grows. Where it falls at
+// a multiple of 128, a 16-entry table by x's top four bits (vpshufb) takes
+// the step; elsewhere a compare does:
+//   length(x) = coarse[x >> 7] - (the count of i < fines with fine[i] <= x)
+// A fall of d lengths is d equal thresholds. At most kMax: codes run from
+// 11 bits to 1.
+constexpr uint32_t kWindows = 1u << kMaxCodeBits;
+struct LengthThresholds {
+  static constexpr int kMax = kMaxCodeBits - 1;
+  uint8_t coarse[16];
+  uint16_t fine[kMax];
+  int fines;
+};
 
-// Whether the literals check uses WalkRoundsAvx512: where available,
-// unless a test has turned it off to compare it with the scalar walk.
-void SetAvx512WalkEnabled(bool enabled);
-bool UseAvx512Walk();
+// Turns `lengths` (kWindows entries) into `out`. False where a length
+// rises from one window to the next (no canonical code's table).
+bool ThresholdsOf(const uint8_t* lengths, LengthThresholds& out);
+
+// The walks there are, slowest first: the scalar loop, WalkRoundsAvx2 and
+// WalkRoundsAvx512.
+enum class WalkKind { kScalar, kAvx2, kAvx512 };
+
+// Whether this build and this CPU run WalkRoundsAvx512 (AVX-512 F, BW,
+// VBMI and VPOPCNTDQ), and WalkRoundsAvx2.
+bool Avx512WalkAvailable();
+bool Avx2WalkAvailable();
+
+// The walk the literals check uses: the fastest this CPU runs, or none
+// faster than `widest`, which a test sets to compare the walks.
+void LimitWalk(WalkKind widest);
+WalkKind CurrentWalk();
 
 // Runs `rounds` rounds of five codes on each of 8 * kVectors streams
 // (2 * kVectors blocks' four) that share the code `t`, exactly as the
@@ -53,5 +87,13 @@ bool UseAvx512Walk();
 // inside its stream (SafeRounds).
 template <int kVectors>
 void WalkRoundsAvx512(const SplitLengths& t, Position* pos, size_t rounds);
+
+// The same rounds on each of 16 * kGroups streams (4 * kGroups blocks' four)
+// that share the code `t`; kGroups is 4, or 2 for frames' last blocks
+// (fewer cannot hide the latency of a code's compares).
+// REQUIRES: Avx2WalkAvailable(); every 8-byte load of the rounds lies
+// inside its stream (SafeRounds).
+template <int kGroups>
+void WalkRoundsAvx2(const LengthThresholds& t, Position* pos, size_t rounds);
 
 }  // namespace ckfmt

@@ -196,46 +196,77 @@ TEST(ZstdLiteralsCheckTest, SplitsACanonicalCodesLengths) {
   EXPECT_FALSE(SplitLengthTable(lengths.data(), split));
 }
 
-// The AVX-512 walk takes sixteen blocks of one code at a time, as ckfmt's
-// zstd writer makes them, and then eight (34 blocks: 16, 16 and 2 scalar;
-// 26 blocks: 16, 8 and 2 scalar); it must answer as the scalar walk does
-// for the frame and for every change to it (a changed code moves where its
-// stream ends, a changed jump table where streams start), since a lane
-// that moved differently would pass or refuse differently.
-TEST(ZstdLiteralsCheckTest, VectorWalkAnswersAsTheScalarWalk) {
-  if (!Avx512WalkAvailable()) GTEST_SKIP() << "no AVX-512 VBMI on this CPU";
-  auto passes = [](const Bytes& frame, size_t n, bool vector) {
-    SetAvx512WalkEnabled(vector);
+// Lengths that fall as a canonical code's do, window by window, as a
+// 16-entry table and thresholds: exactly the lengths. Falls at multiples of
+// 128 go to the table, the rest to thresholds, a fall of two as two equal
+// ones. A table whose lengths rise somewhere is no canonical code's.
+TEST(ZstdLiteralsCheckTest, ThresholdsGiveACanonicalCodesLengths) {
+  std::array<uint8_t, 2048> lengths{};
+  const std::pair<uint32_t, uint8_t> runs[] = {{0, 11},  {6, 9},   {18, 8},   {74, 7},
+                                               {128, 5}, {384, 4}, {1000, 2}, {2047, 1}};
+  for (const auto& [from, length] : runs) {
+    std::fill(lengths.begin() + from, lengths.end(), length);
+  }
+  LengthThresholds t;
+  ASSERT_TRUE(ThresholdsOf(lengths.data(), t));
+  EXPECT_EQ(t.fines, 7);  // 6, 6, 18, 74, 1000, 1000, 2047; the table takes 128 and 384
+  for (int i = t.fines; i < LengthThresholds::kMax; ++i) EXPECT_EQ(t.fine[i], 2048);
+  for (uint32_t x = 0; x < lengths.size(); ++x) {
+    int length = t.coarse[x >> 7];
+    for (int i = 0; i < t.fines; ++i) length -= t.fine[i] <= x;
+    ASSERT_EQ(length, lengths[x]) << "window " << x;
+  }
+  lengths[100] = 8;  // a length that rises
+  EXPECT_FALSE(ThresholdsOf(lengths.data(), t));
+}
+
+// Each vector walk takes sixteen blocks of one code at a time, as ckfmt's
+// zstd writer makes them, then eight, and the scalar loop the rest (34
+// blocks: 16, 16 and 2; 26: 16, 8 and 2; 14: 8 and 6); each must answer as
+// the scalar walk does for the frame and for every change to it (a changed
+// code moves where its stream ends, a changed jump table where streams
+// start), since a lane that moved differently would pass or refuse
+// differently.
+TEST(ZstdLiteralsCheckTest, VectorWalksAnswerAsTheScalarWalk) {
+  std::vector<WalkKind> walks;
+  if (Avx2WalkAvailable()) walks.push_back(WalkKind::kAvx2);
+  if (Avx512WalkAvailable()) walks.push_back(WalkKind::kAvx512);
+  if (walks.empty()) GTEST_SKIP() << "no AVX2 on this CPU";
+  auto passes = [](const Bytes& frame, size_t n, WalkKind walk) {
+    LimitWalk(walk);
     const bool ok = Passes(frame, n);
-    SetAvx512WalkEnabled(true);
+    LimitWalk(WalkKind::kAvx512);
     return ok;
   };
-  for (bool bf16 : {true, false}) {
-    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
-    const size_t blocks = bf16 ? 34 : 26;
-    const Bytes in = TrainingBytes(((blocks - 1) << 17) + 4000, bf16, 17);
-    Bytes frame(MaxEncodedSize(Codec::kZstd, in.size()));
-    auto n = EncodeChunk(Codec::kZstd, 1, bf16 ? 2 : 4, in.data(), in.size(), frame.data(),
-                         frame.size());
-    ASSERT_TRUE(n.ok()) << n.status().ToString();
-    frame.resize(*n);
-    ASSERT_EQ(TreelessBlocks(frame), blocks - 1);  // all but the first reuse its code
-    ASSERT_TRUE(passes(frame, in.size(), true));
-    ASSERT_TRUE(passes(frame, in.size(), false));
-    std::mt19937 rng(bf16 ? 1 : 2);
-    size_t passed = 0;
-    for (int k = 0; k < 300; ++k) {
-      Bytes changed = frame;
-      const size_t at = rng() % changed.size();
-      changed[at] ^= uint8_t(1 + rng() % 255);
-      const bool vector = passes(changed, in.size(), true);
-      ASSERT_EQ(vector, passes(changed, in.size(), false)) << "byte " << at;
-      if (vector) {
-        ASSERT_TRUE(Decodes(changed, in.size())) << "byte " << at;
-        ++passed;
+  for (WalkKind walk : walks) {
+    for (size_t blocks : {34, 26, 14}) {
+      const bool bf16 = blocks != 26;
+      SCOPED_TRACE(testing::Message() << (walk == WalkKind::kAvx2 ? "AVX2 " : "AVX-512 ") << blocks
+                                      << " blocks of " << (bf16 ? "bf16" : "fp32"));
+      const Bytes in = TrainingBytes(((blocks - 1) << 17) + 4000, bf16, 17);
+      Bytes frame(MaxEncodedSize(Codec::kZstd, in.size()));
+      auto n = EncodeChunk(Codec::kZstd, 1, bf16 ? 2 : 4, in.data(), in.size(), frame.data(),
+                           frame.size());
+      ASSERT_TRUE(n.ok()) << n.status().ToString();
+      frame.resize(*n);
+      ASSERT_EQ(TreelessBlocks(frame), blocks - 1);  // all but the first reuse its code
+      ASSERT_TRUE(passes(frame, in.size(), walk));
+      ASSERT_TRUE(passes(frame, in.size(), WalkKind::kScalar));
+      std::mt19937 rng{uint32_t(blocks)};
+      size_t passed = 0;
+      for (int k = 0; k < 300; ++k) {
+        Bytes changed = frame;
+        const size_t at = rng() % changed.size();
+        changed[at] ^= uint8_t(1 + rng() % 255);
+        const bool vector = passes(changed, in.size(), walk);
+        ASSERT_EQ(vector, passes(changed, in.size(), WalkKind::kScalar)) << "byte " << at;
+        if (vector) {
+          ASSERT_TRUE(Decodes(changed, in.size())) << "byte " << at;
+          ++passed;
+        }
       }
+      EXPECT_GT(passed, 10u);
     }
-    EXPECT_GT(passed, 10u);
   }
 }
 

@@ -27,28 +27,40 @@
 #include "zstd_block_decoder.h"   // LiteralsOnlyBlockDecoder
 #include "zstd_literals.h"        // WriteLiteralsFrameInBlocks
 #include "zstd_literals_check.h"  // LiteralsOnlyFrameDecodes
-#include "zstd_literals_walk.h"   // SetAvx512WalkEnabled
+#include "zstd_literals_walk.h"   // LimitWalk
 
 namespace {
 
-// CheckChunkDecodes, with the AVX-512 walk and, where the CPU has it, without:
-// the two must agree, since a lane that moved differently from the scalar
-// walk would pass or refuse other frames.
-ckfmt::Status Check(uint8_t codec, const uint8_t* stored, size_t stored_size, size_t raw_size) {
+// CheckChunkDecodes with the walk `widest` allows on this CPU.
+ckfmt::Status CheckWith(ckfmt::WalkKind widest, uint8_t codec, const uint8_t* stored,
+                        size_t stored_size, size_t raw_size) {
+  ckfmt::LimitWalk(widest);
   const ckfmt::Status checked = ckfmt::CheckChunkDecodes(codec, stored, stored_size, raw_size);
-  if (!ckfmt::Avx512WalkAvailable()) return checked;
-  ckfmt::SetAvx512WalkEnabled(false);
-  const ckfmt::Status scalar = ckfmt::CheckChunkDecodes(codec, stored, stored_size, raw_size);
-  ckfmt::SetAvx512WalkEnabled(true);
-  if (scalar.ToString() != checked.ToString()) {
-    std::fprintf(stderr,
-                 "codec %d, %zu stored bytes, raw size %zu: the vector walk says %s, the "
-                 "scalar walk %s\n",
-                 int(codec), stored_size, raw_size, checked.ToString().c_str(),
-                 scalar.ToString().c_str());
-    std::abort();
-  }
+  ckfmt::LimitWalk(ckfmt::WalkKind::kAvx512);
   return checked;
+}
+
+// CheckChunkDecodes with each walk this CPU has (AVX-512, AVX2, scalar):
+// all must agree, since a lane that moved differently from the scalar walk
+// would pass or refuse other frames.
+ckfmt::Status Check(uint8_t codec, const uint8_t* stored, size_t stored_size, size_t raw_size) {
+  using ckfmt::WalkKind;
+  const ckfmt::Status scalar = CheckWith(WalkKind::kScalar, codec, stored, stored_size, raw_size);
+  for (WalkKind walk : {WalkKind::kAvx2, WalkKind::kAvx512}) {
+    if (walk == WalkKind::kAvx2 ? !ckfmt::Avx2WalkAvailable() : !ckfmt::Avx512WalkAvailable()) {
+      continue;
+    }
+    const ckfmt::Status vector = CheckWith(walk, codec, stored, stored_size, raw_size);
+    if (vector.ToString() != scalar.ToString()) {
+      std::fprintf(stderr,
+                   "codec %d, %zu stored bytes, raw size %zu: the %s walk says %s, the "
+                   "scalar walk %s\n",
+                   int(codec), stored_size, raw_size, walk == WalkKind::kAvx2 ? "AVX2" : "AVX-512",
+                   vector.ToString().c_str(), scalar.ToString().c_str());
+      std::abort();
+    }
+  }
+  return scalar;
 }
 
 // The block-by-block decoder of the byte-plane codec (zstd_block_decoder.h)
