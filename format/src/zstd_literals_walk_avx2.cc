@@ -121,9 +121,9 @@ __attribute__((target("avx2"))) void WalkRounds(const LengthThresholds& t, Posit
   const __m256i seven = _mm256_set1_epi64x(7);
   const __m256i pick[4] = {PickWord<3>(), PickWord<2>(), PickWord<1>(), PickWord<0>()};
 
-  // Each stream's place as one number, 8 * ip - used: the bit below the
-  // next one to read. A round moves it down by the bits read, and gives
-  // back ip = (place + 7) >> 3 and used = -place & 7.
+  // Each stream's place as one number, 8 * ip - used, which falls by one
+  // with each bit read: a round moves it down by the bits it read, and
+  // gives back ip = (place + 7) >> 3 and used = -place & 7.
   __m256i place[kVectors];
   for (int v = 0; v < kVectors; ++v) {
     alignas(32) uint64_t a[4];
