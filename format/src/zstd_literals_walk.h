@@ -49,7 +49,8 @@ bool SplitLengthTable(const uint8_t* lengths, SplitLengths& out);
 // the step; elsewhere a compare does:
 //   length(x) = coarse[x >> 7] - (the count of i < fines with fine[i] <= x)
 // A fall of d lengths is d equal thresholds. At most kMax: codes run from
-// 11 bits to 1.
+// 11 bits to 1. fine[fines, kMax) are kWindows, which no window reaches, so
+// a kernel may compare with more thresholds than there are.
 constexpr uint32_t kWindows = 1u << kMaxCodeBits;
 struct LengthThresholds {
   static constexpr int kMax = kMaxCodeBits - 1;
@@ -70,6 +71,10 @@ enum class WalkKind { kScalar, kAvx2, kAvx512 };
 // VBMI and VPOPCNTDQ), and WalkRoundsAvx2.
 bool Avx512WalkAvailable();
 bool Avx2WalkAvailable();
+inline bool WalkAvailable(WalkKind walk) {
+  return walk == WalkKind::kScalar ||
+         (walk == WalkKind::kAvx2 ? Avx2WalkAvailable() : Avx512WalkAvailable());
+}
 
 // The walk the literals check uses: the fastest this CPU runs, or none
 // faster than `widest`, which a test sets to compare the walks.

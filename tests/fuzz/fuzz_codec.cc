@@ -47,9 +47,7 @@ ckfmt::Status Check(uint8_t codec, const uint8_t* stored, size_t stored_size, si
   using ckfmt::WalkKind;
   const ckfmt::Status scalar = CheckWith(WalkKind::kScalar, codec, stored, stored_size, raw_size);
   for (WalkKind walk : {WalkKind::kAvx2, WalkKind::kAvx512}) {
-    if (walk == WalkKind::kAvx2 ? !ckfmt::Avx2WalkAvailable() : !ckfmt::Avx512WalkAvailable()) {
-      continue;
-    }
+    if (!ckfmt::WalkAvailable(walk)) continue;
     const ckfmt::Status vector = CheckWith(walk, codec, stored, stored_size, raw_size);
     if (vector.ToString() != scalar.ToString()) {
       std::fprintf(stderr,
