@@ -14,7 +14,7 @@
 
 #include "ckfmt/file_layout.h"  // PutU16, PutU32
 #include "zstd_frame.h"         // kMaxZstdWindow
-#include "zstd_huffman.h"       // kMaxCodeBits, HighBit, StoreLE64
+#include "zstd_huffman.h"       // kMaxCodeBits, HighBit, StoreLE64, RunWithBmi2
 
 namespace ckfmt {
 namespace {
@@ -362,55 +362,70 @@ uint16_t Load16(const uint8_t* p) {
 // Codes two streams: `a` of `la` bytes and `b` of `lb` <= la bytes. Two
 // at a time: each stream's container is one dependency chain, and two
 // chains keep the core busy without running out of registers.
-void CodeTwo(const CodeTables& t, const uint8_t* a, size_t la, const uint8_t* b, size_t lb,
-             Stream& sa, Stream& sb) {
+__attribute__((always_inline)) inline void CodeTwoStreams(const CodeTables* t, const uint8_t* a,
+                                                          size_t la, const uint8_t* b, size_t lb,
+                                                          Stream* stream_a, Stream* stream_b) {
+  // The containers and tables in locals: a flush stores through a uint8_t*,
+  // which may alias anything, so containers reached through pointers went
+  // to memory and back on every code, a store-to-load delay in each chain.
+  Stream sa = *stream_a, sb = *stream_b;
+  const Entry* one = t->one.data();
+  const Entry* pair = t->pair;
   for (size_t i = la; i > lb; --i) {  // the bytes b lacks
-    sa.Add(t.one[a[i - 1]]);
+    sa.Add(one[a[i - 1]]);
     sa.Flush();
   }
   size_t i = lb;
-  if (t.pair) {
+  if (pair) {
     if (i % 2) {
       --i;
-      sa.Add(t.one[a[i]]);
-      sb.Add(t.one[b[i]]);
+      sa.Add(one[a[i]]);
+      sb.Add(one[b[i]]);
       sa.Flush();
       sb.Flush();
     }
     // Two pairs, at most 44 bits, per flush.
     for (; i >= 4; i -= 4) {
-      sa.Add(t.pair[Load16(a + i - 2)]);
-      sb.Add(t.pair[Load16(b + i - 2)]);
-      sa.Add(t.pair[Load16(a + i - 4)]);
-      sb.Add(t.pair[Load16(b + i - 4)]);
+      sa.Add(pair[Load16(a + i - 2)]);
+      sb.Add(pair[Load16(b + i - 2)]);
+      sa.Add(pair[Load16(a + i - 4)]);
+      sb.Add(pair[Load16(b + i - 4)]);
       sa.Flush();
       sb.Flush();
     }
     if (i == 2) {
-      sa.Add(t.pair[Load16(a)]);
-      sb.Add(t.pair[Load16(b)]);
+      sa.Add(pair[Load16(a)]);
+      sb.Add(pair[Load16(b)]);
       sa.Flush();
       sb.Flush();
     }
     // Otherwise the flushes above left at most 7 bits, which Close writes;
     // another flush here could find none pending and shift by 64 (its
     // REQUIRES), as it once did when lb was a multiple of 4.
-    return;
-  }
-  for (; i >= 4; i -= 4) {  // four codes of at most 11 bits per flush
-    for (size_t j = 1; j <= 4; ++j) {
-      sa.Add(t.one[a[i - j]]);
-      sb.Add(t.one[b[i - j]]);
+  } else {
+    for (; i >= 4; i -= 4) {  // four codes of at most 11 bits per flush
+      for (size_t j = 1; j <= 4; ++j) {
+        sa.Add(one[a[i - j]]);
+        sb.Add(one[b[i - j]]);
+      }
+      sa.Flush();
+      sb.Flush();
     }
-    sa.Flush();
-    sb.Flush();
+    while (i-- > 0) {
+      sa.Add(one[a[i]]);
+      sb.Add(one[b[i]]);
+      sa.Flush();
+      sb.Flush();
+    }
   }
-  while (i-- > 0) {
-    sa.Add(t.one[a[i]]);
-    sb.Add(t.one[b[i]]);
-    sa.Flush();
-    sb.Flush();
-  }
+  *stream_a = sa;
+  *stream_b = sb;
+}
+
+// CodeTwoStreams, with BMI2's shifts by a register where the CPU has them.
+void CodeTwo(const CodeTables& t, const uint8_t* a, size_t la, const uint8_t* b, size_t lb,
+             Stream& sa, Stream& sb) {
+  RunWithBmi2<CodeTwoStreams>(&t, a, la, b, lb, &sa, &sb);
 }
 
 // Codes the `m` bytes of a block as four streams at out[k]; returns their
@@ -429,10 +444,18 @@ std::array<size_t, 4> CodeStreams(const CodeTables& t, const uint8_t* in, size_t
 // the end mark, and the 8 bytes a flush may write past its end.
 constexpr size_t kStreamCap = (kLiteralsBlockMax / 4 * kMaxCodeBits + 7) / 8 + 1 + 8;
 
-// Builds the tables for `code`. Pairs pay where the plane is long next to
-// the number of pairs to fill; their table is per thread, and only the
-// entries of coded bytes are written (only those are read).
-CodeTables MakeTables(const Code& code, size_t n) {
+// Pairs stop paying where codes are long: the pairs in use then spread
+// over most of the 512 KiB table, and its lookups miss the cache. At a mean
+// of 6.2 bits a byte (bf16 values coded whole) pairs coded 1.3x as fast as
+// single codes; at 7.4 (fp32 values), 0.8x (bench/HISTORY.md, "Codes in
+// registers").
+constexpr double kMaxPairedMeanBits = 7.0;
+
+// Builds the tables for `code`, whose bytes occur `count` times (in a
+// sample). Pairs pay where the plane is long next to the number of pairs to
+// fill, and its codes are short enough; their table is per thread, and only
+// the entries of coded bytes are written (only those are read).
+CodeTables MakeTables(const Code& code, const std::array<uint32_t, 256>& count, size_t n) {
   CodeTables t;
   std::array<uint8_t, 256> coded;
   size_t symbols = 0;
@@ -443,6 +466,12 @@ CodeTables MakeTables(const Code& code, size_t n) {
     }
   }
   if (n < 16 * symbols * symbols) return t;
+  double bits = 0, total = 0;
+  for (int s = 0; s < 256; ++s) {
+    bits += double(count[s]) * code.bits[s];
+    total += count[s];
+  }
+  if (bits > kMaxPairedMeanBits * total) return t;
   thread_local std::vector<Entry> pair(size_t{1} << 16);
   for (size_t i = 0; i < symbols; ++i) {
     const int first = coded[i];  // the byte at the lower address, coded second
@@ -480,7 +509,7 @@ size_t WriteLiteralsFrameInBlocks(const uint32_t* sample_counts, const uint8_t* 
   uint8_t description[kMaxDescription];
   const size_t description_size = WriteDescription(code, description);
   if (description_size == 0) return 0;
-  const CodeTables tables = MakeTables(code, n);
+  const CodeTables tables = MakeTables(code, count, n);
 
   // Frame header (§3.1.1.1): a single segment, whose window is the
   // content, and a 4-byte Frame_Content_Size.
