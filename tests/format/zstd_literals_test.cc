@@ -122,6 +122,28 @@ TEST(ZstdLiteralsTest, BytesTheSampleMissedStillHaveCodes) {
   ExpectDecodesTo(Write(Counts{}, in, Cap(in.size())), in);
 }
 
+TEST(ZstdLiteralsTest, AnUnsampledByteGetsACodeWhereverItLies) {
+  // Every byte value the writer must find without the sample's help: at
+  // either end of either half, alone in its half or not, in the first
+  // vector, mid-plane, or among the last bytes no vector loop reads.
+  const size_t n = 4096 + 29;
+  for (const uint8_t base : {uint8_t(0x3c), uint8_t(0xbc)}) {
+    for (const uint8_t rare : {0x00, 0x01, 0x3b, 0x7f, 0x80, 0x81, 0xbb, 0xfe, 0xff}) {
+      for (const size_t at : {size_t{0}, size_t{31}, size_t{2049}, n - 29, n - 1}) {
+        SCOPED_TRACE(testing::Message()
+                     << "base " << int(base) << " rare " << int(rare) << " at " << at);
+        Bytes in(n);
+        for (size_t i = 0; i < n; ++i) in[i] = uint8_t(base + i % 3);
+        in[at] = rare;
+        Counts sample{};
+        for (int k = 0; k < 3; ++k) sample[uint8_t(base + k)] = 100;
+        sample[rare] = 0;
+        ExpectDecodesTo(Write(sample, in, Cap(n)), in);
+      }
+    }
+  }
+}
+
 TEST(ZstdLiteralsTest, RandomDistributionsRoundTrip) {
   // Geometric-like distributions over random sets of values, including 0
   // and 255, alphabets from 2 to 256 values, sampled or not.
