@@ -619,17 +619,18 @@ int main(int argc, char** argv) {
     }
     return r.Median();
   };
-  std::printf("%-48s %8s %8s %8s %8s %8s %9s %6s %6s %5s %7s\n",
+  std::printf("%-48s %8s %8s %8s %8s %8s %9s %6s %6s %6s %5s %7s\n",
               "measurement (GiB/s, logical bytes)", "median", "min", "max", "vs raw", "paired",
-              "+RSS MiB", "cores", "disk", "QD", "req KiB");
+              "+RSS MiB", "cores", "steal", "disk", "QD", "req KiB");
   auto median_of = [](const std::vector<double>& v, const char* fmt, char* out, size_t n) {
     if (!v.empty()) std::snprintf(out, n, fmt, Series::MedianOf(v));
   };
   auto row = [&](const Series& s, const Series* ref) {
     if (s.gibs.empty()) return;
     char ratio[32] = "", pair[32] = "", rss[32] = "", cores[32] = "", busy[32] = "";
-    char depth[32] = "", req[32] = "";
+    char depth[32] = "", req[32] = "", steal[32] = "";
     median_of(s.depth, "%.1f", depth, sizeof depth);
+    median_of(s.steal, "%.2f", steal, sizeof steal);
     median_of(s.request_kib, "%.0f", req, sizeof req);
     if (ref) std::snprintf(ratio, sizeof ratio, "%.2fx", s.Median() / ref->Median());
     if (ref) std::snprintf(pair, sizeof pair, "%.2fx", paired(s, *ref));
@@ -644,8 +645,8 @@ int main(int argc, char** argv) {
       std::sort(b.begin(), b.end());
       std::snprintf(busy, sizeof busy, "%.0f%%", 100 * b[b.size() / 2]);
     }
-    std::printf("%-48s %8.3f %8.3f %8.3f %8s %8s %9s %6s %6s %5s %7s\n", s.name.c_str(),
-                s.Median(), s.Min(), s.Max(), ratio, pair, rss, cores, busy, depth, req);
+    std::printf("%-48s %8.3f %8.3f %8.3f %8s %8s %9s %6s %6s %6s %5s %7s\n", s.name.c_str(),
+                s.Median(), s.Min(), s.Max(), ratio, pair, rss, cores, steal, busy, depth, req);
   };
   row(raw_w, nullptr);
   row(raw_r, nullptr);
@@ -673,20 +674,25 @@ int main(int argc, char** argv) {
     }
   }
   std::sort(open_ms.begin(), open_ms.end());
-  std::printf("'vs raw' = median of the row / median of the raw write next to the save (saves)\n"
-              "         or of the raw read of the same file next to the load (loads); of memcpy\n"
-              "         for the async and page-cache-warm rows; of the raw read for the\n"
-              "         every-core-busy, copying and hashed reads;\n"
-              "'paired' = median over runs of (the row's figure / the same run's raw figure).\n"
-              "'+RSS' = max over runs of the peak RSS during the operation minus the RSS before it\n"
-              "         (VmHWM, reset through /proc/self/clear_refs before each operation).\n"
-              "'cores' = median of (process CPU time / wall time) during the operation.\n"
-              "'disk' = median of (time the disk had I/O in flight / wall time): below 100%%\n"
-              "         the disk sat idle part of the time, waiting for this process.\n"
-              "'QD' = median of the requests the disk had in flight on average while busy;\n"
-              "'req KiB' = median of the mean request size (the block layer splits requests\n"
-              "         at max_sectors_kb and max_segments).\n"
-              "All rows count logical bytes: a compressed row above 1.00x is faster than the disk.\n");
+  std::printf(
+      "'vs raw' = median of the row / median of the raw write next to the save (saves)\n"
+      "         or of the raw read of the same file next to the load (loads); of memcpy\n"
+      "         for the async and page-cache-warm rows; of the raw read for the\n"
+      "         every-core-busy, copying and hashed reads;\n"
+      "'paired' = median over runs of (the row's figure / the same run's raw figure).\n"
+      "'+RSS' = max over runs of the peak RSS during the operation minus the RSS before it\n"
+      "         (VmHWM, reset through /proc/self/clear_refs before each operation).\n"
+      "'cores' = median of (process CPU time / wall time) during the operation.\n"
+      "'steal' = median of (CPU time the hypervisor took from this machine's vCPUs,\n"
+      "         all of them, / wall time), from /proc/stat: on %u cores, cores + steal\n"
+      "         near %u means the process was ready to use every core but got less.\n"
+      "'disk' = median of (time the disk had I/O in flight / wall time): below 100%%\n"
+      "         the disk sat idle part of the time, waiting for this process.\n"
+      "'QD' = median of the requests the disk had in flight on average while busy;\n"
+      "'req KiB' = median of the mean request size (the block layer splits requests\n"
+      "         at max_sectors_kb and max_segments).\n"
+      "All rows count logical bytes: a compressed row above 1.00x is faster than the disk.\n",
+      std::thread::hardware_concurrency(), std::thread::hardware_concurrency());
   for (const CodecRows& cr : rows) {
     std::printf("  %-16s file %8.1f MiB, logical/stored %.3fx\n",
                 std::string(ckfmt::CodecName(uint8_t(cr.codec))).c_str(),

@@ -126,8 +126,25 @@ void WarmCache(const std::string& path) {
   ::close(fd);
 }
 
+namespace {
+// The "steal" column of /proc/stat's first line: time this machine's vCPUs
+// were ready to run but the hypervisor ran something else.
+double StealSeconds() {
+  FILE* f = std::fopen("/proc/stat", "r");
+  if (!f) return -1;
+  // cpu user nice system idle iowait irq softirq steal
+  double v[8] = {};
+  const int got = std::fscanf(f, "cpu %lf %lf %lf %lf %lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3],
+                              &v[4], &v[5], &v[6], &v[7]);
+  std::fclose(f);
+  const long hz = ::sysconf(_SC_CLK_TCK);
+  return got == 8 && hz > 0 ? v[7] / double(hz) : -1;
+}
+}  // namespace
+
 DiskCounters ReadDiskCounters(const std::string& dir) {
   DiskCounters c;
+  c.steal_s = StealSeconds();
   struct stat st{};
   if (::stat(dir.c_str(), &st) != 0) return c;
   std::string p = "/sys/dev/block/" + std::to_string(major(st.st_dev)) + ":" +

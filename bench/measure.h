@@ -46,8 +46,10 @@ void WarmCache(const std::string& path);
 // (/sys/dev/block/M:m/stat). Busy time over wall time tells a pipeline that
 // leaves the disk idle from a disk that is simply slower in this run; the
 // requests in flight and their size tell whether the disk was given as
-// much work at once as the raw baseline gives it.
+// much work at once as the raw baseline gives it. Read with them, at the
+// same moment, the CPU time the hypervisor took from this machine's vCPUs.
 struct DiskCounters {
+  double steal_s = -1;  // /proc/stat steal, all CPUs, in seconds; < 0: unknown
   bool known = false;
   double busy_ms = 0;      // time with I/O in flight (io_ticks)
   double in_flight_ms = 0; // the sum over requests of their time in flight
@@ -125,7 +127,10 @@ struct Series {
   std::vector<double> busy = {};   // disk busy time / wall time per run
   std::vector<double> depth = {};  // requests in flight on average while busy, per run
   std::vector<double> request_kib = {};  // mean request size per run
+  std::vector<double> steal = {};  // CPU seconds stolen from the machine / wall seconds per run
   void Disk(const DiskCounters& a, const DiskCounters& b, double seconds) {
+    if (a.steal_s >= 0 && b.steal_s >= a.steal_s)
+      steal.push_back((b.steal_s - a.steal_s) / seconds);
     if (!a.known || !b.known || b.busy_ms < a.busy_ms) return;
     busy.push_back((b.busy_ms - a.busy_ms) / 1e3 / seconds);
     const double busy_ms = b.busy_ms - a.busy_ms, requests = b.requests - a.requests;
