@@ -719,6 +719,7 @@ int main(int argc, char** argv) {
   kv("raw_write=%.3f", raw_w.Median());
   kv("raw_read=%.3f", raw_r.Median());
   kv("raw_read_busy_paired=%.3f", paired(raw_r_busy, raw_r));
+  if (!raw_r_busy.steal.empty()) kv("raw_read_busy_steal=%.2f", Series::MedianOf(raw_r_busy.steal));
   kv("raw_read_copying_paired=%.3f", paired(raw_r_copying, raw_r));
   kv("raw_read_hashed_paired=%.3f", paired(raw_r_hashed, raw_r));
   kv("memcpy=%.2f", mcp.Median());
@@ -748,6 +749,10 @@ int main(int argc, char** argv) {
       kv("load_none_vs_raw_into_tensors_paired=%.3f", paired(cr.load, raw_read_into));
     }
     kv("verify_%s_paired=%.3f", k.c_str(), paired(cr.verify, cr.raw_read));
+    kv("verify_%s_cores=%.2f", k.c_str(), Series::MedianOf(cr.verify.cores));
+    if (!cr.verify.steal.empty()) {
+      kv("verify_%s_steal=%.2f", k.c_str(), Series::MedianOf(cr.verify.steal));
+    }
     if (!cr.verify_sums.gibs.empty()) {
       kv("verify_sums_%s_paired=%.3f", k.c_str(), paired(cr.verify_sums, cr.raw_read));
     }

@@ -59,8 +59,11 @@ row "5 ckfmt verify / raw read, byte-plane file, paired" "$(val verify_byteplane
 row "5 ckfmt verify / raw read, zstd file, paired" "$(val verify_zstd_paired)" ">=" 0.95
 echo "  (--checksums-only, which decodes nothing, / raw read, paired: zstd file" \
      "$(val verify_sums_zstd_paired), byte-plane file $(val verify_sums_byteplane_zstd_paired))"
-echo "  (raw read with every core busy / idle raw read, paired: $(val raw_read_busy_paired);" \
+echo "  (raw read with every core busy / idle raw read, paired: $(val raw_read_busy_paired)," \
+     "the host taking $(val raw_read_busy_steal) cores meanwhile;" \
      "loads and verifies that decode on every core get no more from this disk)"
+echo "  (verify of the zstd file: $(val verify_zstd_cores) cores busy, $(val verify_zstd_steal)" \
+     "taken by the host; where the two add up to the core count, the verify had every core it got)"
 echo "  (raw read while one core copies memory of its own / idle raw read, paired:" \
      "$(val raw_read_copying_paired); what any pass over memory takes from this disk)"
 echo "  (raw read hashing every block on every core / idle raw read, paired:" \
