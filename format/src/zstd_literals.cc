@@ -516,7 +516,7 @@ size_t WriteLiteralsFrame(const uint32_t* sample_counts, const uint8_t* in, size
 
 size_t WriteLiteralsFrameInBlocks(const uint32_t* sample_counts, const uint8_t* in, size_t n,
                                   size_t block_max, uint8_t* out, size_t cap) {
-  if (n == 0 || n > kMaxZstdWindow) return 0;
+  if (n < kLiteralsBlockMin || n > kMaxZstdWindow) return 0;
   if (block_max < kLiteralsBlockMin || block_max > kLiteralsBlockMax) return 0;
   // Every value in the ranges gets a code, sampled or not.
   const ByteRanges ranges = FindRanges(in, n);

@@ -21,10 +21,11 @@
 namespace ckfmt {
 
 // Codes `in[0, n)` as one zstd frame into `out` (`cap` bytes) and returns
-// the frame's size, or 0 where this writer declines: fewer than two
-// distinct bytes, a plane of more than 2^27 bytes (the largest window a
-// ckfmt reader takes), a code whose description does not fit its header
-// byte, or `cap` too small. Then the caller uses libzstd instead.
+// the frame's size, or 0 where this writer declines: fewer than
+// kLiteralsBlockMin bytes, fewer than two distinct bytes, a plane of more
+// than 2^27 bytes (the largest window a ckfmt reader takes), a code whose
+// description does not fit its header byte, or `cap` too small. Then the
+// caller uses libzstd instead.
 // `sample_counts[b]` counts byte value b in a sample of `in`: it shapes the
 // code; any byte value of `in` still gets one, whether sampled or not.
 // REQUIRES: `sample_counts` has 256 entries.
@@ -33,8 +34,9 @@ size_t WriteLiteralsFrame(const uint32_t* sample_counts, const uint8_t* in, size
 
 // Blocks of `in` each hold at most this many bytes: zstd's largest block.
 constexpr size_t kLiteralsBlockMax = size_t{128} << 10;
-// Blocks of fewer bytes (a frame's last, or a whole small frame) are stored
-// raw (Raw_Block).
+// A frame's last block, where it holds fewer bytes, is stored raw
+// (Raw_Block). Smaller inputs are declined: this writer codes only 4-stream
+// blocks, and libzstd codes small ones (biases, norms) as one stream.
 constexpr size_t kLiteralsBlockMin = 1024;
 
 // The same, in blocks of `block_max` bytes (the last one shorter). Writers

@@ -453,6 +453,24 @@ TEST(BytePlaneCodecTest, CompressesExponentPlanes) {
   EXPECT_LT(stored.size(), raw.size() * 85 / 100);
 }
 
+// Tensors of a few hundred elements (biases, norms) at the fast levels:
+// planes smaller than one of ckfmt's literal blocks are coded by libzstd,
+// not stored raw, as silero-vad's 2 KiB fp32 biases were for a while.
+TEST(BytePlaneCodecTest, SmallTensorsAtFastLevelsStillCodeTheirExponentPlane) {
+  for (size_t elems : {size_t{128}, size_t{512}, size_t{1000}}) {
+    const std::string raw = FloatLike(elems, 4, elems);
+    const std::string stored = Encode(Codec::kBytePlaneZstd, raw, 1, 4);
+    // The header, three raw planes and the 3-valued exponent plane in
+    // under half its bytes.
+    EXPECT_LT(stored.size(), 2 + 4 * 5 + 3 * elems + elems / 2) << elems << " elements";
+    ASSERT_EQ(stored[2], 0) << "mantissa planes stay raw";
+    EXPECT_EQ(stored[2 + 3 * 5], 1) << elems << " elements: exponent plane not coded";
+    std::string back(raw.size(), '\0');
+    ASSERT_TRUE(DecodeChunk(2, stored.data(), stored.size(), back.data(), back.size()).ok());
+    EXPECT_EQ(back, raw);
+  }
+}
+
 TEST(BytePlaneCodecTest, ElementSizeMustDivideChunk) {
   std::string raw = RandomBytes(10, 1);
   std::string out(MaxEncodedSize(Codec::kBytePlaneZstd, raw.size()), '\0');
