@@ -75,8 +75,8 @@ Bytes WriterFrame(const Bytes& in) {
 // it does, and those frames are decoded whole).
 TEST(ZstdBlockDecoderTest, DecodesFramesOfTrainingValuesBlockByBlock) {
   for (bool bf16 : {true, false}) {
-    for (size_t n : {size_t{2} << 20, size_t{300} << 10, (size_t{128} << 10) + 4, size_t{5000},
-                     size_t{4}}) {
+    for (size_t n :
+         {size_t{2} << 20, size_t{300} << 10, (size_t{128} << 10) + 4, size_t{5000}, size_t{4}}) {
       for (bool ours : {true, false}) {
         if (ours && n < kLiteralsBlockMin) continue;  // the writer declines; libzstd codes it
         SCOPED_TRACE(testing::Message()

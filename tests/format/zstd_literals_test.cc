@@ -257,9 +257,8 @@ TEST(ZstdLiteralsTest, DeclinesWhenItCannotCode) {
   // Less than one coded block: libzstd codes it as one stream.
   const Bytes small(in.begin(), in.begin() + kLiteralsBlockMin - 1);
   EXPECT_TRUE(Write(CountAll(small), small, Cap(small.size())).empty());
-  EXPECT_FALSE(Write(CountAll(in), Bytes(in.begin(), in.begin() + kLiteralsBlockMin),
-                     Cap(kLiteralsBlockMin))
-                   .empty());
+  const Bytes one_block(in.begin(), in.begin() + kLiteralsBlockMin);
+  EXPECT_FALSE(Write(CountAll(one_block), one_block, Cap(one_block.size())).empty());
   // One distinct value, and nothing at all.
   EXPECT_TRUE(Write(counts, Bytes(5000, 0x3c), Cap(5000)).empty());
   EXPECT_TRUE(Write(counts, Bytes{}, 100).empty());
