@@ -27,7 +27,9 @@ def _for_save(state, metadata):
 def save(path, state, codec="none", metadata=None, lib=None, comm=None, mode="flattened",
          memory_budget=0, check_contents=False):
     """Saves `state` (a dict) to `path` atomically: a failed save leaves what
-    was at `path` as it was. codec: "none", "zstd" or "byteplane-zstd".
+    was at `path` as it was. codec: "none", "zstd" or "byteplane-zstd"
+    (for float weights and optimizer state: smaller, and no slower than
+    "none" where the disk is the limit; see SaveOptions::codec).
     metadata: a str -> str dict stored in the file's index.
 
     comm: a job of several processes saving one file together. Every rank
