@@ -33,9 +33,10 @@ struct SaveOptions {
   // kBytePlaneZstd for floating-point state: on trained weights and Adam
   // moments 1.17-1.58x smaller, and at level 1 its saves and loads moved
   // more logical bytes a second than the raw disk on the README's 2-core
-  // VMs (README, "Measured"). kZstd suits bytes and patterned tensors; it
-  // takes more CPU per byte to load and verify. Chunks that a codec does
-  // not shrink are stored uncompressed.
+  // VMs (README, "Measured"). kZstd suits bytes, patterned tensors and
+  // values from a small set (a fixed basis); it takes more CPU per byte to
+  // load and verify. Chunks that a codec does not shrink are stored
+  // uncompressed.
   Codec codec = Codec::kNone;
   int level = 1;                      // zstd level
   bool fsync = true;                  // fsync file and directory on commit
