@@ -193,10 +193,12 @@ namespace {
 // fast match finder at its shortest match (4 bytes) finds them: silero-vad's
 // STFT basis (10,925 distinct floats among 66,048) codes to 121 KB this
 // way, against 248 KB as literals and 211 KB at plain level 1, in 5-7x the
-// literals' time (both are coded). Byte planes are not checked for this:
-// the 4-byte runs of an exponent plane recur without matches paying for
-// them.
+// literals' time (both are coded). A match costs some 16-24 bits, so only
+// words that cost more as literals gain: small integers (4-5 bits a byte)
+// coded as well as literals, 15x slower. Byte planes are not checked for
+// this: the 4-byte runs of an exponent plane recur without matches paying.
 constexpr double kMinRecurringWordCoverage = 0.125;
+constexpr double kMinRecurringWordEntropy = 6.0;  // bits/byte of the sample
 
 // Codes a run whose values recur: with matches, or as literals only where
 // that frame is smaller (a sample can overstate what matches save).
@@ -226,7 +228,8 @@ size_t CompressZstdChunk(int level, const uint8_t* raw, size_t n, uint8_t* out, 
     const size_t sampled = GatherSample(raw, 1, n, sample.data());
     const FramePlan plan = PlanFrame(level, sample.data(), sampled);
     if (plan.literal_only) {
-      if (RecurringWordCoverage(sample.data(), sampled) >= kMinRecurringWordCoverage) {
+      if (RecurringWordCoverage(sample.data(), sampled) >= kMinRecurringWordCoverage &&
+          Entropy(plan.counts, sampled) >= kMinRecurringWordEntropy) {
         return CompressRecurringValues(level, plan, raw, n, out, cap);
       }
       if (plan.worth_coding) return CompressFrame(level, plan, raw, n, out, cap);

@@ -49,8 +49,9 @@ size_t CompressFrame(int level, const FramePlan& plan, const uint8_t* in, size_t
                      size_t cap);
 
 // Codec 1's stored bytes for `raw[0, n)`: one frame at `level`, planned
-// from a sample of the run; at fast levels, a run whose 4-byte values recur
-// is coded with zstd's shortest matches (or as literals, if smaller).
+// from a sample of the run; at fast levels, a run of high-entropy bytes
+// whose 4-byte values recur is coded with zstd's shortest matches (or as
+// literals, if smaller).
 // Returns the frame's size or a libzstd error code.
 size_t CompressZstdChunk(int level, const uint8_t* raw, size_t n, uint8_t* out, size_t cap);
 
