@@ -127,6 +127,20 @@ ZSTD_CCtx* LiteralOnlyContext() {
   return ctx.get();
 }
 
+// The thread's context, reset to `level`; given a minimum match, with
+// zstd's fast strategy, that minimum and a table of 2^hash_log entries.
+ZSTD_CCtx* MatchContext(int level, int hash_log = 0, int min_match = 0) {
+  ZSTD_CCtx* cctx = ThreadCompressContext();
+  ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+  if (min_match != 0) {
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_strategy, ZSTD_fast);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_hashLog, hash_log);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_minMatch, min_match);
+  }
+  return cctx;
+}
+
 }  // namespace
 
 // All of a run of up to kMinSample elements, else runs of 256 elements
@@ -173,16 +187,9 @@ size_t CompressFrame(int level, const FramePlan& plan, const uint8_t* in, size_t
     if (z != 0) return z;
     return ZSTD_compress2(LiteralOnlyContext(), out, cap, in, n);
   }
-  ZSTD_CCtx* cctx = ThreadCompressContext();
-  ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
-  ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
-  if (level <= 1) {
-    // Repetitive runs at fast levels: a small table and long minimum match
-    // keep level 1 fast there.
-    ZSTD_CCtx_setParameter(cctx, ZSTD_c_strategy, ZSTD_fast);
-    ZSTD_CCtx_setParameter(cctx, ZSTD_c_hashLog, 12);
-    ZSTD_CCtx_setParameter(cctx, ZSTD_c_minMatch, 7);
-  }
+  // Repetitive runs at fast levels: a small table and long minimum match
+  // keep level 1 fast there.
+  ZSTD_CCtx* cctx = level <= 1 ? MatchContext(level, 12, 7) : MatchContext(level);
   return ZSTD_compress2(cctx, out, cap, in, n);
 }
 
@@ -193,7 +200,7 @@ namespace {
 // fast match finder at its shortest match (4 bytes) finds them: silero-vad's
 // STFT basis (10,925 distinct floats among 66,048) codes to 121 KB this
 // way, against 248 KB as literals and 211 KB at plain level 1, in 5-7x the
-// literals' time (both are coded). A match costs some 16-24 bits, so only
+// literals' time. A match costs some 16-24 bits, so only
 // words that cost more as literals gain: small integers (4-5 bits a byte)
 // coded as well as literals, 15x slower. Byte planes are not checked for
 // this: the 4-byte runs of an exponent plane recur without matches paying.
@@ -201,22 +208,19 @@ constexpr double kMinRecurringWordCoverage = 0.125;
 constexpr double kMinRecurringWordEntropy = 6.0;  // bits/byte of the sample
 
 // Codes a run whose values recur: with matches, or as literals only where
-// that frame is smaller (a sample can overstate what matches save).
+// that frame is smaller (a sample can overstate what matches save). The
+// literals go first: they are fast to code, and the matched frame, given
+// no more room than they took, stops early where it would not be smaller.
 size_t CompressRecurringValues(int level, const FramePlan& plan, const uint8_t* raw, size_t n,
                                uint8_t* out, size_t cap) {
-  ZSTD_CCtx* cctx = ThreadCompressContext();
-  ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
-  ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
-  ZSTD_CCtx_setParameter(cctx, ZSTD_c_strategy, ZSTD_fast);
-  ZSTD_CCtx_setParameter(cctx, ZSTD_c_hashLog, 14);  // room for some 16K distinct values
-  ZSTD_CCtx_setParameter(cctx, ZSTD_c_minMatch, 4);
-  const size_t matched = ZSTD_compress2(cctx, out, cap, raw, n);
-  if (ZSTD_isError(matched) || !plan.worth_coding) return matched;
-  thread_local std::vector<uint8_t> literals;
-  literals.resize(std::min(cap, matched));
-  const size_t z = CompressFrame(level, plan, raw, n, literals.data(), literals.size());
-  if (ZSTD_isError(z) || z >= matched) return matched;  // no room: not smaller
-  std::memcpy(out, literals.data(), z);
+  size_t literals = plan.worth_coding ? CompressFrame(level, plan, raw, n, out, cap) : 0;
+  if (ZSTD_isError(literals)) literals = 0;  // none to keep
+  thread_local std::vector<uint8_t> matched;
+  matched.resize(literals != 0 ? literals - 1 : cap);
+  ZSTD_CCtx* cctx = MatchContext(level, 14, 4);  // 2^14 entries: room for ~16K distinct values
+  const size_t z = ZSTD_compress2(cctx, matched.data(), matched.size(), raw, n);
+  if (ZSTD_isError(z)) return literals != 0 ? literals : z;  // too big, or an error to report
+  std::memcpy(out, matched.data(), z);
   return z;
 }
 
